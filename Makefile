@@ -1,0 +1,23 @@
+# The two commands of the README: `make demo` (the main job) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.pasu-installed
+
+.PHONY: setup tts demo test
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian TTS engines, needed only where a corpus is built (the tests build the tiny one).
+tts:
+	@command -v espeak-ng >/dev/null && command -v festival >/dev/null && command -v flite >/dev/null \
+	  && command -v pico2wave >/dev/null && command -v sox >/dev/null || bash scripts/install_tts.sh
+
+demo: $(STAMP) tts
+	$(VENV)/bin/pasu demo
+
+test: $(STAMP) tts
+	$(PY) -m pytest -q tests

@@ -1,0 +1,1 @@
+"""PASU cloud package (installed as pasu.cloud)."""

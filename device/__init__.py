@@ -1,0 +1,1 @@
+"""PASU device package (installed as pasu.device)."""

@@ -1,0 +1,1 @@
+"""PASU models package (installed as pasu.models)."""

@@ -1,0 +1,1 @@
+"""Synthetic SLURP-style speech corpus: text, TTS rendering, augmentation, manifests."""

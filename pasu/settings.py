@@ -1,0 +1,19 @@
+"""Where PASU finds things outside the repository."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The shared read-only data (SLURP/HWU64 text, noise, recordings). Never copied into the repository.
+SHARED_DATA_ENV = "PASU_SHARED_DATA"
+DEFAULT_SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def shared_data_dir(override: str | os.PathLike | None = None) -> Path:
+    """The shared data folder: the explicit override, else $PASU_SHARED_DATA, else ../shared/data."""
+    if override is not None:
+        return Path(override)
+    return Path(os.environ.get(SHARED_DATA_ENV, DEFAULT_SHARED_DATA))

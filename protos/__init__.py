@@ -1,0 +1,1 @@
+"""PASU protos package (installed as pasu.protos)."""
