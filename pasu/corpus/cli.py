@@ -1,0 +1,80 @@
+"""`pasu corpus`: build and summarize the synthetic speech corpus."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pasu.settings import shared_data_dir
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    corpus = sub.add_parser("corpus", help="build the synthetic SLURP-style speech corpus",
+                            description="Build and inspect the synthetic SLURP-style speech corpus.")
+    csub = corpus.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
+
+    build = csub.add_parser(
+        "build", help="render text with TTS voices, augment, write manifests (resumable)",
+        description="Render SLURP/HWU64 sentences with several TTS engines and voices, augment them with noise, "
+                    "reverberation and speed changes, and write 16 kHz FLAC files and JSONL manifests for the "
+                    "train, dev, test and test_unseen splits. Re-running with the same --out resumes.",
+        epilog="Examples:\n  pasu corpus build --preset tiny --out data/corpus-tiny\n"
+               "  pasu corpus build --preset tiny --samples --out /tmp/c   # the project's own sample text\n"
+               "  pasu corpus build --preset full --out data/corpus-full",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    build.add_argument("--preset", choices=_preset_names(), default="tiny", help="corpus size (default: tiny)")
+    build.add_argument("--out", type=Path, required=True, help="output folder")
+    build.add_argument("--data-dir", type=Path, default=None,
+                       help="shared data folder with slurp/, slurpfood/, hwu64/, noise/ "
+                            "(default: $PASU_SHARED_DATA or ../shared/data)")
+    build.add_argument("--samples", action="store_true",
+                       help="use the small sample text shipped with PASU instead of the shared SLURP text")
+    build.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    build.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    build.set_defaults(run=_build)
+
+    report = csub.add_parser("report", help="print the report of a built corpus",
+                             epilog="Example: pasu corpus report data/corpus-tiny")
+    report.add_argument("out", type=Path, help="corpus folder")
+    report.set_defaults(run=_report)
+
+
+def _preset_names() -> list[str]:
+    from pasu.corpus.plan import PRESETS
+
+    return list(PRESETS)
+
+
+def _build(args: argparse.Namespace) -> int:
+    import os
+
+    from pasu.corpus.build import BuildOptions, build_corpus
+    from pasu.corpus.plan import PRESETS
+    from pasu.corpus.text import CorpusDataError, samples_dir
+
+    data_dir = samples_dir() if args.samples else shared_data_dir(args.data_dir)
+    opts = BuildOptions(preset=PRESETS[args.preset], data_dir=data_dir, out_dir=args.out, seed=args.seed,
+                        workers=args.workers or max(1, os.cpu_count() or 1))
+    try:
+        report = build_corpus(opts)
+    except CorpusDataError as e:
+        print(f"pasu corpus build: {e}\n(use --samples to build from the sample text that ships with PASU)",
+              file=sys.stderr)
+        return 2
+    from pasu.corpus.report import to_markdown
+
+    print(to_markdown(report))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    path = args.out / "report.json"
+    if not path.exists():
+        print(f"pasu corpus report: {path} not found; build the corpus first", file=sys.stderr)
+        return 2
+    from pasu.corpus.report import to_markdown
+
+    print(to_markdown(json.loads(path.read_text())))
+    return 0

@@ -1,0 +1,99 @@
+"""`pasu corpus build` end to end on the project's own sample text, with the real TTS engines."""
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from pasu.corpus.build import BuildOptions, build_corpus, read_manifest
+from pasu.corpus.plan import PRESETS, SPLITS
+from pasu.corpus.text import samples_dir
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                reason="needs the TTS engines: run scripts/install_tts.sh (make test does)")
+
+ROW_FIELDS = {"id", "audio", "duration", "engine", "voice", "augmentation", "text", "scenario", "action",
+              "intent", "slots", "sentence_id", "source", "rate", "pitch"}
+
+
+def _pasu(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pasu.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("corpus") / "tiny"
+    proc = _pasu("corpus", "build", "--preset", "tiny", "--samples", "--out", str(out), "--workers", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_tiny_build_writes_every_split_with_complete_rows(tiny):
+    for split in SPLITS:
+        rows = read_manifest(tiny / f"{split}.jsonl")
+        assert rows, split
+        for row in rows:
+            assert set(row) == ROW_FIELDS
+            audio, sr = sf.read(tiny / row["audio"], dtype="float32")
+            assert sr == 16000 and audio.ndim == 1
+            assert abs(len(audio) / sr - row["duration"]) < 1e-3
+            assert 0.3 < row["duration"] < 20
+            assert row["intent"] == f"{row['scenario']}_{row['action']}"
+    train = read_manifest(tiny / "train.jsonl")
+    assert len(train) == PRESETS["tiny"].train_utterances
+    assert len({r["voice"] for r in train}) >= 25
+
+
+def test_unseen_voices_are_held_out_of_training(tiny):
+    voices = {s: {r["voice"] for r in read_manifest(tiny / f"{s}.jsonl")} for s in SPLITS}
+    assert voices["test_unseen"].isdisjoint(voices["train"] | voices["dev"] | voices["test"])
+
+
+def test_report_summarizes_the_build(tiny):
+    report = json.loads((tiny / "report.json").read_text())
+    assert report["splits"]["train"]["utterances"] == PRESETS["tiny"].train_utterances
+    assert sum(report["snr_histogram_db"].values()) > 0
+    assert (tiny / "snr_hist.png").stat().st_size > 1000
+    assert "| train |" in (tiny / "report.md").read_text()
+
+
+def test_rebuild_resumes_only_missing_shards_and_gives_the_same_manifests(tiny):
+    before = {s: (tiny / f"{s}.jsonl").read_text() for s in SPLITS}
+    shard = sorted((tiny / "shards").glob("dev--*.jsonl"))[0]
+    shard.unlink()
+    proc = _pasu("corpus", "build", "--preset", "tiny", "--samples", "--out", str(tiny), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "1 to render" in proc.stderr
+    assert {s: (tiny / f"{s}.jsonl").read_text() for s in SPLITS} == before
+
+
+def test_a_different_preset_in_the_same_folder_is_refused(tiny):
+    proc = _pasu("corpus", "build", "--preset", "small", "--samples", "--out", str(tiny))
+    assert proc.returncode != 0
+    assert "another preset" in proc.stderr
+
+
+def test_a_voice_that_cannot_render_is_reported_and_the_build_goes_on(tmp_path):
+    preset = replace(PRESETS["tiny"], train_utterances=12, dev_sentences=3, test_sentences=3, babble_clips=2,
+                     min_unseen_voices=1)
+    voices = ("espeak:en-us+m1", "espeak:en-gb+f2", "espeak:en-us+f3", "festival:no_such_voice")
+    report = build_corpus(BuildOptions(preset, samples_dir(), tmp_path / "c", workers=1, voices=voices))
+    assert report["render_failures"] > 0
+    assert set(report["render_failures_by_voice"]) == {"festival:no_such_voice"}
+    for split in SPLITS:
+        for row in read_manifest(tmp_path / "c" / f"{split}.jsonl"):
+            assert row["voice"] != "festival:no_such_voice"
+            assert (tmp_path / "c" / row["audio"]).exists()
+
+
+def test_missing_shared_data_gives_a_clear_message(tmp_path):
+    proc = _pasu("corpus", "build", "--preset", "tiny", "--data-dir", str(tmp_path / "nowhere"),
+                 "--out", str(tmp_path / "c"))
+    assert proc.returncode == 2
+    assert "--samples" in proc.stderr and "nowhere" in proc.stderr
+    assert not (tmp_path / "c" / "train.jsonl").exists()
