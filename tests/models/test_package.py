@@ -1,0 +1,245 @@
+"""Model folders (package -> load round trip) and loading ESPnet ASR training outputs strictly."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from espnet2.asr.ctc import CTC
+from espnet2.asr.decoder.transformer_decoder import TransformerDecoder
+from espnet2.asr.encoder.conformer_encoder import ConformerEncoder
+from espnet2.asr.espnet_model import ESPnetASRModel
+from espnet2.layers.global_mvn import GlobalMVN
+from pasu.models.data import write_synthetic_corpus
+from pasu.models.package import (
+    EspnetDefaultFrontend,
+    load_espnet_checkpoint,
+    load_packaged,
+    package_model,
+    results_table,
+)
+from pasu.models.tokenizer import Tokenizer, TokenizerOptions
+from pasu.models.train import DataOptions, EvalOptions, ExperimentConfig, OptimOptions, TrainOptions, train
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def exp_dir(tmp_path_factory):
+    """A 2-step `pasu train` experiment on a synthetic corpus."""
+    root = tmp_path_factory.mktemp("pkg")
+    corpus = write_synthetic_corpus(root / "corpus", n_train=6, n_dev=2)
+    config = ExperimentConfig(
+        model={
+            "encoder": "late_context",
+            "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
+                                 attention_heads=2),
+            "decoder_conf": dict(linear_units=64, attention_heads=2),
+            "model_conf": dict(report_cer=False, report_wer=False),
+        },
+        tokenizer=TokenizerOptions(vocab_size=50),
+        data=DataOptions(batch_seconds=6.0, stats_utterances=4),
+        optim=OptimOptions(warmup_steps=1),
+        train=TrainOptions(max_epochs=None, max_steps=2, num_threads=1, checkpoint_minutes=60),
+        eval=EvalOptions(interval_steps=1, interval_minutes=None, keep_best=2),
+    )
+    train(config, corpus, root / "exp", command="pasu train --config c.yaml --corpus corpus --out exp")
+    return root / "exp"
+
+
+def _ctc_log_probs(model: ESPnetASRModel, speech: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        enc, _ = model.encode(speech, torch.tensor([speech.size(1)] * speech.size(0)))
+        return model.ctc.log_softmax(enc)
+
+
+def test_package_round_trip(exp_dir, tmp_path):
+    results = {"test": {"n": 40, "wer": 0.25, "intent_accuracy": 0.8}, "test_unseen": {"wer": 0.4}}
+    (tmp_path / "eval.json").write_text(json.dumps(results))
+    folder = package_model(exp_dir, tmp_path / "model", evaluation=tmp_path / "eval.json", name="device-test")
+    assert {p.name for p in folder.iterdir()} == {"config.yaml", "model.pt", "tokenizer.model", "README.md"}
+
+    weights = torch.load(folder / "model.pt", weights_only=True)
+    assert all(v.dtype == torch.float16 for v in weights.values() if v.is_floating_point())
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    assert "stats" not in config["model"] and config["model"]["specaug"] is None
+    assert "frontend.normalize.mean" in weights  # the global stats travel in the weights
+
+    model, tokenizer, loaded_config = load_packaged(folder)
+    assert not model.training and next(model.parameters()).dtype == torch.float32
+    assert tokenizer.token_list == model.token_list and loaded_config["name"] == "device-test"
+
+    # the same weights in float32, straight from the experiment
+    reference, _, _ = _experiment_model(exp_dir)
+    speech = 0.1 * torch.randn(2, 24000, generator=torch.Generator().manual_seed(0))
+    a, b = _ctc_log_probs(reference, speech), _ctc_log_probs(model, speech)
+    assert (a - b).abs().max() < 0.02  # float16 weights: a small, bounded drift in log-probabilities
+
+    card = (folder / "README.md").read_text()
+    assert "# device-test" in card and "parameters" in card and "pasu train --config c.yaml" in card
+    assert "| test | 40 | 0.25 | 0.8 |" in card and "| test_unseen |  | 0.4 |  |" in card
+
+
+def _experiment_model(exp_dir: Path):
+    from pasu.models.build import build_asr_model
+    from pasu.models.package import inference_model_config
+
+    config = yaml.safe_load((exp_dir / "config.yaml").read_text())
+    model = build_asr_model(inference_model_config(config["model"]))
+    model.load_state_dict(torch.load(exp_dir / "model_avg.pt", weights_only=True), strict=True)
+    return model.eval(), Tokenizer(exp_dir / "tokenizer.model"), config
+
+
+def test_packaged_model_must_match_its_weights(exp_dir, tmp_path):
+    folder = package_model(exp_dir, tmp_path / "model")
+    weights = torch.load(folder / "model.pt", weights_only=True)
+    weights.pop("decoder.output_layer.bias")
+    torch.save(weights, folder / "model.pt")
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_packaged(folder)
+
+
+def test_results_table_without_results():
+    assert "TODO" in results_table(None)[0]
+    assert results_table({"wer": 0.5})[2] == "| test | 0.5 |"
+
+
+# --- ESPnet training outputs ----------------------------------------------------------------------------
+
+ESPNET_TOKENS = ["<blank>", "<unk>", "▁a", "▁b", "c", "d", "<sos/eos>"]
+FRONTEND_CONF = {"n_fft": 512, "win_length": 400, "hop_length": 160, "fs": "16k", "n_mels": 80}
+ENCODER_CONF = {"output_size": 32, "attention_heads": 2, "linear_units": 64, "num_blocks": 2,
+                "cnn_module_kernel": 7, "macaron_style": True, "use_cnn_module": True,
+                "pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn", "rel_pos_type": "latest"}
+DECODER_CONF = {"attention_heads": 2, "linear_units": 64, "num_blocks": 1}
+
+
+def _fabricate_espnet_run(root: Path) -> tuple[Path, Path, ESPnetASRModel]:
+    """An ESPnet recipe folder: data/token_list, exp/asr_stats/feats_stats.npz, exp/asr_train/{config.yaml,
+    valid.acc.ave.pth}, as ASRTask writes them (paths relative to the recipe folder)."""
+    (root / "data" / "token_list").mkdir(parents=True)
+    (root / "data" / "token_list" / "tokens.txt").write_text("\n".join(ESPNET_TOKENS) + "\n")
+    stats_dir = root / "exp" / "asr_stats" / "train"
+    stats_dir.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    mean = rng.normal(-5, 1, 80)
+    std = rng.uniform(1, 3, 80)
+    np.savez(stats_dir / "feats_stats.npz", count=np.array(1000), sum=1000 * mean,
+             sum_square=1000 * (std**2 + mean**2))
+    exp = root / "exp" / "asr_train"
+    exp.mkdir(parents=True)
+    config = {
+        "config": "conf/train_asr.yaml", "output_dir": "exp/asr_train", "ngpu": 0, "seed": 0,
+        "batch_type": "numel", "optim": "adam", "optim_conf": {"lr": 0.002}, "scheduler": "warmuplr",
+        "token_list": "data/token_list/tokens.txt", "init": None, "input_size": None,
+        "ctc_conf": {"dropout_rate": 0.0, "ctc_type": "builtin", "reduce": True, "ignore_nan_grad": None,
+                     "zero_infinity": True},
+        "model": "espnet", "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1, "length_normalized_loss": False},
+        "frontend": "default", "frontend_conf": FRONTEND_CONF,
+        "specaug": "specaug", "specaug_conf": {"apply_time_warp": True, "time_warp_window": 5,
+                                               "time_mask_width_range": [0, 40]},
+        "normalize": "global_mvn", "normalize_conf": {"stats_file": "exp/asr_stats/train/feats_stats.npz"},
+        "preencoder": None, "preencoder_conf": {},
+        "encoder": "conformer", "encoder_conf": ENCODER_CONF,
+        "postencoder": None, "postencoder_conf": {},
+        "decoder": "transformer", "decoder_conf": DECODER_CONF,
+        "required": ["output_dir", "token_list"], "version": "202511", "distributed": False,
+    }
+    (exp / "config.yaml").write_text(yaml.safe_dump(config))
+
+    # The model ASRTask would build, assembled by hand from ESPnet's classes.
+    from espnet2.asr.specaug.specaug import SpecAug
+
+    torch.manual_seed(1)
+    frontend = EspnetDefaultFrontend(**FRONTEND_CONF)
+    encoder = ConformerEncoder(input_size=80, **ENCODER_CONF)
+    vocab = len(ESPNET_TOKENS)
+    reference = ESPnetASRModel(
+        vocab_size=vocab, token_list=ESPNET_TOKENS, frontend=frontend,
+        specaug=SpecAug(**config["specaug_conf"]), normalize=GlobalMVN(stats_dir / "feats_stats.npz"),
+        preencoder=None, encoder=encoder, postencoder=None,
+        decoder=TransformerDecoder(vocab, 32, **DECODER_CONF), ctc=CTC(vocab, 32), joint_network=None,
+        **config["model_conf"],
+    ).eval()
+    torch.save(reference.state_dict(), exp / "valid.acc.ave.pth")
+    return exp / "config.yaml", exp / "valid.acc.ave.pth", reference
+
+
+def test_load_espnet_checkpoint(tmp_path, monkeypatch):
+    config_yaml, pth, reference = _fabricate_espnet_run(tmp_path / "recipe")
+    monkeypatch.chdir(tmp_path)  # not the recipe folder: relative paths resolve from the config's location
+    model = load_espnet_checkpoint(config_yaml, pth)
+    assert not model.training and model.token_list == ESPNET_TOKENS
+    speech = 0.1 * torch.randn(2, 16000)
+    assert torch.equal(_ctc_log_probs(model, speech), _ctc_log_probs(reference, speech))
+
+
+def test_load_espnet_checkpoint_without_stats_file(tmp_path):
+    config_yaml, pth, reference = _fabricate_espnet_run(tmp_path / "recipe")
+    (tmp_path / "recipe" / "exp" / "asr_stats" / "train" / "feats_stats.npz").unlink()
+    model = load_espnet_checkpoint(config_yaml, pth)  # GlobalMVN statistics come from the weights
+    speech = 0.1 * torch.randn(1, 12000)
+    assert torch.equal(_ctc_log_probs(model, speech), _ctc_log_probs(reference, speech))
+
+
+def test_load_espnet_checkpoint_is_strict(tmp_path):
+    config_yaml, pth, _ = _fabricate_espnet_run(tmp_path / "recipe")
+    state = torch.load(pth, weights_only=True)
+    state.pop("encoder.encoders.1.conv_module.pointwise_conv2.weight")
+    torch.save(state, pth)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_espnet_checkpoint(config_yaml, pth)
+
+
+def test_default_frontend_replica_matches_espnet(tmp_path):
+    """EspnetDefaultFrontend == espnet2's DefaultFrontend, imported in a child process with a stub torchaudio
+    (the real one imports torchaudio only for the multi-channel front end that mono audio never uses)."""
+    script = textwrap.dedent(
+        """
+        import importlib.machinery, sys, types
+        class Stub(types.ModuleType):
+            def __getattr__(self, name):
+                if name.startswith("__"):
+                    raise AttributeError(name)
+                sub = Stub(f"{self.__name__}.{name}")
+                sub.__spec__ = importlib.machinery.ModuleSpec(sub.__name__, None)
+                sys.modules[sub.__name__] = sub
+                return sub
+            def __call__(self, *args, **kwargs):
+                return None
+        stub = Stub("torchaudio"); stub.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
+        stub.__version__ = "0.0"
+        sys.modules["torchaudio"] = stub
+        try:
+            from espnet2.asr.frontend.default import DefaultFrontend
+        except Exception as e:
+            print("SKIP", e); sys.exit(0)
+        import torch
+        from pasu.models.package import EspnetDefaultFrontend
+        torch.set_num_threads(1)
+        for conf in ({"n_fft": 512, "win_length": 400, "hop_length": 160, "fs": "16k"}, {}):
+            ref, mine = DefaultFrontend(**conf).eval(), EspnetDefaultFrontend(**conf).eval()
+            assert list(ref.state_dict()) == list(mine.state_dict())
+            x, n = torch.randn(2, 16000), torch.tensor([16000, 11000])
+            (a, al), (b, bl) = ref(x, n), mine(x, n)
+            assert torch.equal(a, b) and torch.equal(al, bl)
+        print("OK")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if "SKIP" in out.stdout:
+        pytest.skip(out.stdout.strip())
+    assert "OK" in out.stdout

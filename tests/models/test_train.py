@@ -1,0 +1,173 @@
+"""`pasu train`: configs, LR schedule, a few real steps, resume, snapshot averaging, the CLI."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pasu.models.build import build_asr_model
+from pasu.models.data import SpeechDataset, collate, load_split, sample_global_stats, write_synthetic_corpus
+from pasu.models.targets import target_symbols
+from pasu.models.tokenizer import Tokenizer, TokenizerOptions
+from pasu.models.train import (
+    EvalOptions,
+    ExperimentConfig,
+    OptimOptions,
+    TrainOptions,
+    DataOptions,
+    average_state_dicts,
+    config_from_dict,
+    learning_rate,
+    load_config,
+    train,
+)
+
+CONFIGS = Path(__file__).parents[2] / "models" / "configs"
+TINY_MODEL = {
+    "encoder": "late_context",
+    "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
+                         attention_heads=2),
+    "decoder_conf": dict(linear_units=64, attention_heads=2),
+    "model_conf": dict(report_cer=False, report_wer=False),
+}
+
+
+def tiny_config(**train) -> ExperimentConfig:
+    return ExperimentConfig(
+        model=TINY_MODEL,
+        tokenizer=TokenizerOptions(vocab_size=60),
+        data=DataOptions(batch_seconds=6.0, stats_utterances=8),
+        optim=OptimOptions(lr=2e-3, warmup_steps=2),
+        train=TrainOptions(**{"max_epochs": None, "num_threads": 1, "log_interval_steps": 1,
+                              "checkpoint_minutes": 60, **train}),
+        eval=EvalOptions(interval_steps=2, interval_minutes=None, dev_utterances=3, keep_best=2),
+    )
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as train() sets: the 2-core test machine may be busy with other work."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_synthetic_corpus(tmp_path_factory.mktemp("corpus"), n_train=10, n_dev=3)
+
+
+# --- Config and schedule ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, low, high", [
+    ("device_late_context", 3e6, 5e6), ("baseline_conformer", 3e6, 5e6), ("baseline_branchformer", 3e6, 5e6),
+    ("cloud", 25e6, 50e6),
+])
+def test_shipped_configs_load_and_are_sized(name, low, high):
+    config = load_config(CONFIGS / f"{name}.yaml")
+    tokens = ["<blank>", "<unk>", *[f"t{i}" for i in range(298)], "<sos/eos>"]  # ~300 tokens as trained
+    model = build_asr_model({**config.model, "token_list": tokens, "specaug": "specaug"})
+    assert low < sum(p.numel() for p in model.parameters()) < high
+
+
+def test_branchformer_baseline_exposes_branch_weights():
+    config = load_config(CONFIGS / "baseline_branchformer.yaml")
+    assert config.model["encoder_conf"]["merge_method"] == "learned_ave"
+    assert config.model["encoder_conf"]["num_blocks"] == 9
+
+
+def test_unknown_config_keys_fail():
+    with pytest.raises(ValueError, match="optim"):
+        config_from_dict({"model": {}, "optim": {"learning_rate": 1.0}})
+    with pytest.raises(ValueError, match="sections"):
+        config_from_dict({"model": {}, "trainer": {}})
+
+
+def test_learning_rate_schedules():
+    noam = OptimOptions(lr=1e-3, warmup_steps=100, scheduler="noam")
+    assert learning_rate(50, noam, None) == pytest.approx(5e-4)
+    assert learning_rate(100, noam, None) == pytest.approx(1e-3)  # peak at the end of warmup
+    assert learning_rate(400, noam, None) == pytest.approx(5e-4)  # 1/sqrt decay
+    lin = dataclasses.replace(noam, scheduler="warmup_linear")
+    assert learning_rate(550, lin, 1000) == pytest.approx(5e-4) and learning_rate(1000, lin, 1000) == 0.0
+
+
+# --- Training -------------------------------------------------------------------------------------------
+
+
+def test_loss_decreases_on_a_repeated_batch(corpus):
+    torch.manual_seed(0)
+    utts = load_split(corpus, "train")[:4]
+    symbols = target_symbols({u.intent for u in utts}, {s.type for u in utts for s in u.slots or ()})
+    tok = Tokenizer.train([u.text for u in utts], symbols, TokenizerOptions(vocab_size=40))
+    mean, std = sample_global_stats(utts)
+    model = build_asr_model({**TINY_MODEL, "token_list": tok.token_list, "stats": {"mean": mean, "std": std}})
+    ds = SpeechDataset(utts, tok)
+    batch = collate([ds[i] for i in range(len(ds))])
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    losses = []
+    for _ in range(15):
+        loss, _, _ = model(**batch.model_inputs())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.6 * losses[0]
+
+
+def _log(exp: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, (exp / "log.jsonl").read_text().splitlines()) if r["kind"] == kind]
+
+
+def test_train_resume_and_average(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    first = train(tiny_config(max_steps=3), corpus, exp, command="pasu train ...")
+    assert first.steps == 3 and (exp / "checkpoint.pt").exists()
+    assert [r["step"] for r in _log(exp, "train")] == [1, 2, 3]
+    assert first.seconds_per_step > 0 and first.final_dev is not None
+
+    second = train(tiny_config(max_steps=5), corpus, exp)  # same command, more steps: resumes
+    assert second.steps == 5
+    assert [r["step"] for r in _log(exp, "train")] == [1, 2, 3, 4, 5]  # continued, not restarted
+    ckpt = torch.load(exp / "checkpoint.pt", weights_only=False)
+    assert ckpt["state"]["step"] == 5
+
+    # dev evaluations at 2, 3 (end of run 1), 4, 5: the best 2 are kept and averaged
+    assert [r["step"] for r in _log(exp, "dev")] == [2, 3, 4, 5]
+    snapshots = sorted((exp / "snapshots").iterdir())
+    assert len(snapshots) == 2 and {s.name for s in snapshots} == {b[2] for b in ckpt["state"]["best"]}
+    avg = torch.load(exp / "model_avg.pt", weights_only=True)
+    expected = average_state_dicts(snapshots)
+    assert all(torch.equal(avg[k], expected[k]) for k in avg)
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["steps"] == 5 and len(summary["averaged_steps"]) == 2
+
+    # a resumed run reproduces an uninterrupted one exactly (data order, dropout and SpecAugment RNG)
+    straight = tmp_path / "straight"
+    train(tiny_config(max_steps=5), corpus, straight)
+    a = torch.load(exp / "checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(straight / "checkpoint.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_average_state_dicts(tmp_path):
+    paths = []
+    for i, value in enumerate([1.0, 2.0, 6.0]):
+        paths.append(tmp_path / f"{i}.pt")
+        torch.save({"w": torch.full((2,), value), "n": torch.tensor(i)}, paths[-1])
+    avg = average_state_dicts(paths)
+    assert torch.allclose(avg["w"], torch.full((2,), 3.0)) and avg["w"].dtype == torch.float32
+    assert avg["n"] == 0  # integer buffers are not averaged
+
+
+def test_cli_help_has_an_example(capsys):
+    from pasu.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "pasu train --config" in out and "--corpus" in out
