@@ -191,6 +191,9 @@ class LateContextEncoder(AbsEncoder):
         # receptive field reaches into the padding); the causal blocks never look at padded frames.
         olens = subsampled_length(ilens).to(torch.long)
         x, _ = self.conv_blocks(x, None)
+        # Padded frames carry no signal; zeroing them keeps the blocks' LayerNorm (eps 1e-12) from blowing
+        # up the gradient that reaches all-zero padding, which made xavier-initialized training diverge.
+        x = x.masked_fill(make_pad_mask(olens, maxlen=x.size(1))[:, :, None].to(x.device), 0.0)
         return x, olens
 
     def forward_context(self, conv_frames: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:

@@ -12,10 +12,11 @@ Register = Callable[[argparse._SubParsersAction], None]
 
 
 def _registrars() -> list[Register]:
+    from pasu.cloud.cli import register as cloud
     from pasu.corpus.cli import register as corpus
     from pasu.models.cli import register as models
 
-    return [corpus, models]
+    return [corpus, models, cloud]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,7 +40,8 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "tiny": Preset("tiny", train_utterances=200, dev_sentences=40, test_sentences=40, babble_clips=6),
     "small": Preset("small", train_utterances=3000, dev_sentences=300, test_sentences=500),
-    "full": Preset("full", train_utterances=28000, dev_sentences=None, test_sentences=None),
+    # synthetic commands average ~2.1 s (TTS speaks faster than people): 36k utterances give > 20 h
+    "full": Preset("full", train_utterances=36000, dev_sentences=None, test_sentences=None),
 }
 
 
@@ -103,14 +104,16 @@ def engine_of(voice_id: str) -> str:
 def make_plan(text: CorpusText, voice_ids: Sequence[str], preset: Preset, seed: int = 0) -> Plan:
     """Assign every utterance its split, voice, prosody and augmentation seed, reproducibly for `seed`."""
     seen, unseen = split_voices(voice_ids, preset, seed)
-    rng = np.random.default_rng(seed + 1)
-    dev = _take(text.dev, preset.dev_sentences, rng)
-    test = _take(text.test, preset.test_sentences, rng)
+    # one random stream per split: the evaluation splits stay the same whatever the training size
+    rng = {split: np.random.default_rng([seed, k + 1]) for k, split in enumerate(SPLITS)}
+    dev = _take(text.dev, preset.dev_sentences, rng["dev"])
+    test = _take(text.test, preset.test_sentences, rng["test"])
+    train = _cycle(text.train, preset.train_utterances, rng["train"])
     jobs = (
-        _jobs("train", _cycle(text.train, preset.train_utterances, rng), seen, preset, rng)
-        + _jobs("dev", dev, seen, preset, rng)
-        + _jobs("test", test, seen, preset, rng)
-        + _jobs("test_unseen", test, unseen, preset, rng)
+        _jobs("train", train, seen, preset, rng["train"])
+        + _jobs("dev", dev, seen, preset, rng["dev"])
+        + _jobs("test", test, seen, preset, rng["test"])
+        + _jobs("test_unseen", test, unseen, preset, rng["test_unseen"])
     )
     return Plan(preset, tuple(seen), tuple(unseen), tuple(jobs))
 

@@ -71,3 +71,10 @@ def test_prosody_is_in_range(text):
     for job in make_plan(text, VOICES, preset, seed=0).jobs:
         assert preset.rate_range[0] <= job.rate <= preset.rate_range[1]
         assert preset.pitch_range[0] <= job.pitch <= preset.pitch_range[1]
+
+
+def test_evaluation_splits_do_not_depend_on_the_training_size(text):
+    small = make_plan(text, VOICES, replace(PRESETS["tiny"], train_utterances=50), seed=0)
+    large = make_plan(text, VOICES, replace(PRESETS["tiny"], train_utterances=500), seed=0)
+    for split in ("dev", "test", "test_unseen"):
+        assert small.jobs_in(split) == large.jobs_in(split)

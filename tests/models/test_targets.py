@@ -82,7 +82,8 @@ def test_intent_must_be_a_label():
     "output, expected",
     [
         # unclosed slot: runs to the end
-        ("alarm_set wake me at SLOT_time five am", SluResult("wake me at five am", "alarm_set", (Slot("time", "five am"),))),
+        ("alarm_set wake me at SLOT_time five am",
+         SluResult("wake me at five am", "alarm_set", (Slot("time", "five am"),))),
         # missing intent
         ("wake me SLOT_time now SLOT_END", SluResult("wake me now", "", (Slot("time", "now"),))),
         # stray SLOT_END
@@ -127,6 +128,7 @@ def test_token_list_is_espnet_shaped(tokenizer):
     assert tl[0] == BLANK and tl[1] == UNK and tl[-1] == SOS_EOS
     assert len(set(tl)) == len(tl) == tokenizer.vocab_size
     assert set(SYMBOLS) <= set(tl)
+    assert tl[tokenizer.token_id(SLOTS_UNKNOWN)] == SLOTS_UNKNOWN and tokenizer.token_id("nope_x") == 1
 
 
 def test_symbols_are_single_tokens_without_extra_word_boundaries(tokenizer):

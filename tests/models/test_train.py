@@ -74,6 +74,22 @@ def test_shipped_configs_load_and_are_sized(name, low, high):
     assert low < sum(p.numel() for p in model.parameters()) < high
 
 
+@pytest.mark.parametrize("name", ["device_late_context", "baseline_conformer", "baseline_branchformer"])
+def test_shipped_configs_have_finite_gradients_on_padded_batches(name, corpus):
+    """Regression: xavier init + LateContextEncoder gave a non-finite gradient on every padded batch."""
+    torch.manual_seed(0)
+    config = load_config(CONFIGS / f"{name}.yaml")
+    utts = load_split(corpus, "train")[:3]  # three different lengths: two of them padded
+    symbols = target_symbols({u.intent for u in utts}, {s.type for u in utts for s in u.slots or ()})
+    tok = Tokenizer.train([u.text for u in utts], symbols, TokenizerOptions(vocab_size=40))
+    mean, std = sample_global_stats(utts)
+    model = build_asr_model({**config.model, "token_list": tok.token_list, "stats": {"mean": mean, "std": std}})
+    ds = SpeechDataset(utts, tok)
+    loss, _, _ = model(**collate([ds[i] for i in range(len(ds))]).model_inputs())
+    loss.backward()
+    assert torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))
+
+
 def test_branchformer_baseline_exposes_branch_weights():
     config = load_config(CONFIGS / "baseline_branchformer.yaml")
     assert config.model["encoder_conf"]["merge_method"] == "learned_ave"

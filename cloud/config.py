@@ -1,0 +1,112 @@
+"""The cloud server's settings: one frozen dataclass, read from YAML, then overridden by command-line flags.
+
+    host: 0.0.0.0
+    port: 50051
+    max_batch_size: 8
+    decoding: {beam_size: 10, ctc_weight: 0.3}
+    tls: {cert: server.pem, key: server.key, client_ca: ca.pem}
+    auth_token_file: /run/secrets/pasu-tokens
+
+Tokens are never written in the YAML itself: `auth_token_file` names a file with one token per line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pasu.cloud.recognizer import DecodingOptions
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Server-side TLS; mutual TLS when `client_ca` is set."""
+
+    cert: str  # PEM certificate chain of the server
+    key: str  # PEM private key of the server
+    client_ca: str | None = None  # PEM CA bundle; when set, clients must present a certificate it signed
+
+    def read(self) -> tuple[bytes, bytes, bytes | None]:
+        """(cert, key, client CA) bytes, read once at start so a bad path fails before serving."""
+        ca = Path(self.client_ca).read_bytes() if self.client_ca else None
+        return Path(self.cert).read_bytes(), Path(self.key).read_bytes(), ca
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything `pasu cloud serve` needs besides the model."""
+
+    host: str = "127.0.0.1"  # listen address; 0.0.0.0 to serve other machines (then use TLS and tokens)
+    port: int = 50051  # gRPC port; 0 picks a free one (tests)
+    metrics_port: int | None = 9464  # Prometheus /metrics HTTP port on `host`; 0 picks a free one, None: off
+
+    # Limits: reject what the model should never see, before it costs anything.
+    max_message_bytes: int = 4 * 1024 * 1024  # gRPC receive limit per message (RESOURCE_EXHAUSTED beyond)
+    max_audio_seconds: float = 30.0  # longest utterance accepted (OUT_OF_RANGE beyond); SLURP's are < 20 s
+    min_audio_seconds: float = 0.1  # shortest (OUT_OF_RANGE below): the encoder's subsampling needs ~70 ms
+    max_concurrent_rpcs: int | None = 256  # gRPC itself refuses RPCs beyond this (streams receiving audio too)
+
+    # Micro-batching and admission control (cloud/batching.py).
+    max_batch_size: int = 8  # utterances per recognize_batch call
+    max_batch_wait_ms: float = 10.0  # how long the first request of a batch waits for company
+    max_queue: int = 32  # requests waiting for inference beyond which new ones get RESOURCE_EXHAUSTED
+
+    # Security.
+    tls: TlsConfig | None = None  # None: plaintext (loopback and tests only)
+    auth_tokens: tuple[str, ...] = ()  # accepted bearer tokens (set programmatically; YAML uses the file)
+    auth_token_file: str | None = None  # file with one accepted token per line; auth is on when any token exists
+
+    # Lifecycle and logs.
+    shutdown_grace_s: float = 10.0  # on SIGTERM: stop accepting, let in-flight requests finish for this long
+    log_content: bool = False  # log transcripts and pilot hypotheses (debug only: user speech content)
+
+    decoding: DecodingOptions = field(default_factory=DecodingOptions)  # the recognizer's beam search
+
+    def tokens(self) -> tuple[str, ...]:
+        """Accepted tokens: `auth_tokens` plus the non-empty lines of `auth_token_file`."""
+        tokens = list(self.auth_tokens)
+        if self.auth_token_file:
+            lines = Path(self.auth_token_file).read_text().splitlines()
+            tokens += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        return tuple(tokens)
+
+    def replace(self, **changes: Any) -> ServerConfig:
+        """A copy with `changes`; `None` values are ignored (an absent command-line flag)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> ServerConfig:
+    """ServerConfig from plain data (parsed YAML); unknown keys are errors, not silently ignored."""
+    raw = dict(raw)
+    _check_keys("cloud config", raw, ServerConfig)
+    if raw.get("tls") is not None:
+        _check_keys("tls", raw["tls"], TlsConfig)
+        raw["tls"] = TlsConfig(**raw["tls"])
+    if raw.get("decoding") is not None:
+        _check_keys("decoding", raw["decoding"], DecodingOptions)
+        raw["decoding"] = DecodingOptions(**raw["decoding"])
+    if raw.get("auth_tokens") is not None:
+        raw["auth_tokens"] = tuple(raw["auth_tokens"])
+    return ServerConfig(**raw)
+
+
+def load_config(path: str | os.PathLike | None) -> ServerConfig:
+    """ServerConfig from a YAML file; the defaults when `path` is None."""
+    if path is None:
+        return ServerConfig()
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return config_from_dict(raw)
+
+
+def _check_keys(what: str, raw: Mapping[str, Any], cls: type) -> None:
+    unknown = set(raw) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"{what}: unknown keys {sorted(unknown)}")

@@ -1,0 +1,193 @@
+"""What the cloud server runs: a batch of waveforms in, one SLU result with a confidence per waveform out.
+
+The server only knows the `Recognizer` protocol; `EspnetRecognizer` is the shipped implementation, a PASU
+model folder (`pasu package`) decoded with ESPnet's `BatchBeamSearch` (attention decoder + CTC prefix scorer
++ length bonus, the hybrid CTC/attention decoding of ESPnet's `Speech2Text`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from espnet.nets.scorer_interface import BatchScorerInterface
+from pasu.metrics import SluResult
+
+
+@dataclass(frozen=True)
+class Recognition(SluResult):
+    """One utterance's SLU result and how sure the model is of it."""
+
+    confidence: float = 0.0  # in [0, 1]; EspnetRecognizer: 1 / perplexity of the decoder over the best hypothesis
+
+
+@runtime_checkable
+class Recognizer(Protocol):
+    """A model the server can batch requests into. Called from one worker thread at a time."""
+
+    model_id: str  # reported in every response: which model (and weights) answered
+    sample_rate: int  # Hz the model expects; the server rejects other rates instead of resampling
+
+    def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
+        """One result per 1-D float32 waveform in [-1, 1], in the same order."""
+        ...
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """Beam search settings; the defaults are the cloud's (wider beam than the device's 5)."""
+
+    beam_size: int = 10  # hypotheses kept per step
+    ctc_weight: float = 0.3  # CTC prefix score weight; the attention decoder gets 1 - ctc_weight
+    length_bonus: float = 0.0  # added per emitted token (ESPnet's `penalty`); > 0 favours longer outputs
+    maxlenratio: float = 0.0  # max output tokens = ratio * encoder frames; 0: up to the frame count, end detection
+    minlenratio: float = 0.0  # min output tokens = ratio * encoder frames
+    ban_slots_unknown: bool = True  # never emit SLOTS_UNKNOWN: it would skip slot markup (see models/targets.py)
+    num_threads: int | None = None  # torch intra-op threads for inference; None keeps torch's setting
+
+
+class _TokenBan(BatchScorerInterface):
+    """Full scorer that gives some tokens a prohibitive score, so beam search never picks them."""
+
+    # A large finite penalty rather than -inf: -inf - -inf in later score arithmetic would be NaN.
+    PENALTY = -1.0e10
+
+    def __init__(self, vocab_size: int, banned: Sequence[int]):
+        self.row = torch.zeros(vocab_size)
+        self.row[list(banned)] = self.PENALTY
+
+    def init_state(self, x: torch.Tensor) -> None:
+        return None
+
+    def select_state(self, state: Any, i: int, new_id: int | None = None) -> None:
+        return None
+
+    def batch_init_state(self, x: torch.Tensor) -> None:
+        return None
+
+    def score(self, y: torch.Tensor, state: Any, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return self.row.to(x.device, x.dtype), None
+
+    def batch_score(self, ys: torch.Tensor, states: Any, xs: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return self.row.to(xs.device, xs.dtype).expand(ys.size(0), -1), None
+
+    def final_score(self, state: Any) -> float:
+        return 0.0
+
+
+class EspnetRecognizer:
+    """Hybrid CTC/attention decoding of an ESPnetASRModel whose target is `intent words-with-slot-markup`.
+
+    A batch is encoded in one padded forward pass; the beam search then runs per utterance, because ESPnet's
+    BatchBeamSearch batches hypotheses of one utterance, not utterances.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, options: DecodingOptions = DecodingOptions(),
+                 model_id: str = "espnet", sample_rate: int = 16000):
+        # model: espnet2 ESPnetASRModel in eval mode; tokenizer: pasu.models.tokenizer.Tokenizer (or anything
+        # with token_list, decode(ids) and token_id(token)).
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.options = options
+        self.model_id = model_id
+        self.sample_rate = sample_rate
+        if options.num_threads is not None:
+            torch.set_num_threads(options.num_threads)
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike, options: DecodingOptions = DecodingOptions()) -> EspnetRecognizer:
+        """Load a PASU model folder (config.yaml, model.pt, tokenizer.model)."""
+        from pasu.models.package import load_packaged
+
+        folder = Path(folder)
+        model, tokenizer, config = load_packaged(folder)
+        weights = folder / config.get("weights", "model.pt")
+        model_id = f"{config.get('name', folder.name)}@{_digest(weights)}"
+        rate = int(config["model"].get("frontend_conf", {}).get("fs", 16000))
+        return cls(model, tokenizer, options, model_id=model_id, sample_rate=rate)
+
+    def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
+        if not waveforms:
+            return []
+        with torch.inference_mode():
+            encoded, lengths = self._encode(waveforms)
+            search = self._beam_search()  # per call: BatchBeamSearch keeps per-search state on itself
+            return [self._decode_one(search, encoded[i, : lengths[i]]) for i in range(len(waveforms))]
+
+    def _encode(self, waveforms: list[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
+        lengths = torch.tensor([len(w) for w in waveforms])
+        speech = torch.zeros(len(waveforms), int(lengths.max()))
+        for i, w in enumerate(waveforms):
+            speech[i, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
+        encoded, encoded_lengths = self.model.encode(speech, lengths)
+        return encoded, encoded_lengths.tolist()
+
+    def _beam_search(self) -> Any:
+        from espnet.nets.batch_beam_search import BatchBeamSearch
+        from espnet.nets.scorers.ctc import CTCPrefixScorer
+        from espnet.nets.scorers.length_bonus import LengthBonus
+
+        o = self.options
+        vocab = len(self.tokenizer.token_list)
+        scorers: dict[str, Any] = {
+            "decoder": self.model.decoder,
+            "ctc": CTCPrefixScorer(ctc=self.model.ctc, eos=self.model.eos),
+            "length_bonus": LengthBonus(vocab),
+        }
+        weights = {"decoder": 1.0 - o.ctc_weight, "ctc": o.ctc_weight, "length_bonus": o.length_bonus}
+        if o.ban_slots_unknown:
+            banned = self._banned_ids()
+            if banned:
+                scorers["ban"] = _TokenBan(vocab, banned)
+                weights["ban"] = 1.0
+        search = BatchBeamSearch(
+            scorers=scorers, weights=weights, beam_size=o.beam_size, vocab_size=vocab,
+            sos=self.model.sos, eos=self.model.eos, token_list=list(self.tokenizer.token_list),
+            pre_beam_score_key="full",
+        )
+        return search.eval()
+
+    def _banned_ids(self) -> list[int]:
+        from pasu.models.targets import SLOTS_UNKNOWN
+
+        token_list = list(self.tokenizer.token_list)
+        return [token_list.index(SLOTS_UNKNOWN)] if SLOTS_UNKNOWN in token_list else []
+
+    def _decode_one(self, search: Any, encoded: torch.Tensor) -> Recognition:
+        from pasu.models.targets import decode_target
+
+        o = self.options
+        maxlenratio = o.maxlenratio
+        if maxlenratio < 0:
+            # A fixed cap longer than the input crashes ESPnet's CTC prefix scorer (it indexes frame
+            # `output length`); a CTC path cannot emit more tokens than frames anyway.
+            maxlenratio = -float(min(-maxlenratio, encoded.size(0)))
+        hyps = search(x=encoded, maxlenratio=maxlenratio, minlenratio=o.minlenratio)
+        if not hyps:  # nothing reached <eos>: an empty answer the client can treat as low confidence
+            return Recognition(text="", intent="", slots=(), confidence=0.0)
+        best = hyps[0]
+        ids = [int(t) for t in best.yseq[1:-1]]  # drop <sos> and <eos>
+        slu = decode_target(self.tokenizer.decode(ids))
+        return Recognition(text=slu.text, intent=slu.intent, slots=slu.slots, confidence=_confidence(best))
+
+
+def _confidence(hyp: Any) -> float:
+    """exp(mean decoder log-probability per emitted token, <eos> included): 1 / perplexity, in [0, 1]."""
+    steps = max(len(hyp.yseq) - 1, 1)
+    logp = float(hyp.scores.get("decoder", hyp.score))
+    return float(np.exp(min(logp / steps, 0.0)))
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:12]

@@ -1,0 +1,688 @@
+"""`pasu train`: train an SLU model (intent + words + slot markup) on a PASU corpus, resumably.
+
+EXPDIR layout:
+    config.yaml       the resolved experiment config (model section with token_list and frontend stats)
+    tokenizer.model   sentencepiece model (targets <-> ids)
+    checkpoint.pt     latest full state: model, optimizer, step, epoch, batch, RNG states, best list
+    snapshots/        model weights at the N best dev evaluations (kept for averaging)
+    log.jsonl         one line per log interval ("train") and per dev evaluation ("dev")
+    model_avg.pt      the average of the N best snapshots (ESPnet-style), written at the end
+    summary.json      final dev scores, seconds per step, parameter count
+    run.json          corpus folder and command line of the latest run
+
+Resuming: run the same command again. The model section and tokenizer stored in EXPDIR win over the
+given config (the token list must not change under a checkpoint); the training options (steps, epochs,
+intervals, threads) come from the given config, so a finished run can be extended by raising max_steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from tqdm import tqdm
+
+from espnet2.asr.espnet_model import ESPnetASRModel
+from pasu.metrics import SluResult, evaluate_slu
+from pasu.models.build import build_asr_model
+from pasu.models.data import (
+    Batch,
+    SpeechDataset,
+    Utterance,
+    batch_loader,
+    bucket_batches,
+    dev_subset,
+    load_split,
+    sample_global_stats,
+)
+from pasu.models.targets import decode_target, target_symbols
+from pasu.models.tokenizer import Tokenizer, TokenizerOptions
+
+log = logging.getLogger(__name__)
+
+# SpecAugment when the config turns it on without settings: ESPnet's usual ASR values (freq masks of up
+# to 27 of 80 bins, time masks of up to 5% of the utterance, 2 each, light time warp).
+DEFAULT_SPECAUG_CONF: dict[str, Any] = dict(
+    apply_time_warp=True,
+    time_warp_window=5,
+    time_warp_mode="bicubic",
+    apply_freq_mask=True,
+    freq_mask_width_range=[0, 27],
+    num_freq_mask=2,
+    apply_time_mask=True,
+    time_mask_width_ratio_range=[0.0, 0.05],
+    num_time_mask=2,
+)
+
+
+# --- Options ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    train_split: str = "train"  # manifest name in the corpus folder (<split>.jsonl)
+    dev_split: str = "dev"
+    batch_seconds: float = 60.0  # padded audio seconds per batch (batch size x longest utterance)
+    stats_utterances: int = 500  # training utterances sampled for the global fbank mean/std
+    num_workers: int = 0  # DataLoader workers decoding FLAC; 0 keeps the cores for the model
+
+
+@dataclass(frozen=True)
+class OptimOptions:
+    lr: float = 2e-3  # peak learning rate (reached at the end of warmup)
+    scheduler: str = "noam"  # "noam": warmup then 1/sqrt decay (ESPnet WarmupLR); "warmup_linear": linear
+    # warmup then linear decay to 0 at max_steps; "constant": warmup then flat
+    warmup_steps: int = 1000
+    weight_decay: float = 1e-6  # Adam's L2 term (ESPnet's SLURP conformer recipe value)
+    betas: tuple[float, float] = (0.9, 0.98)
+    grad_clip: float = 5.0  # max global gradient norm
+    accum_grad: int = 1  # batches per optimizer step
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    max_epochs: int | None = 50  # stop after this many passes over train (None: no limit)
+    max_steps: int | None = None  # stop after this many optimizer steps (None: no limit); the first wins
+    num_threads: int = 2  # torch intra-op threads (1 each when two trainings share a 2-core machine)
+    seed: int = 0  # data order, dropout, SpecAugment
+    specaug: bool = True  # SpecAugment on the fbank features (model.specaug_conf, or the defaults above)
+    device: str = "cpu"  # "cpu", "cuda" or "auto" (cuda when available)
+    log_interval_steps: int = 20  # steps per "train" line in log.jsonl
+    checkpoint_minutes: float = 5.0  # write checkpoint.pt at least this often (wall clock) ...
+    checkpoint_steps: int | None = None  # ... and every this many steps when set
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    interval_steps: int | None = 1000  # dev evaluation every this many steps (None: never by steps) ...
+    interval_minutes: float | None = 30.0  # ... or after this many minutes since the last one, first wins
+    dev_utterances: int = 300  # fixed random dev subset size (0: all of dev)
+    best_metric: str = "acc"  # acc (decoder token accuracy, ESPnet's default), loss, wer, intent_accuracy,
+    # slu_f1: picks the snapshots that are averaged
+    keep_best: int = 5  # snapshots kept and averaged into model_avg.pt
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    model: dict[str, Any]  # build_asr_model config; token_list and stats are filled in by training
+    tokenizer: TokenizerOptions = TokenizerOptions()
+    data: DataOptions = DataOptions()
+    optim: OptimOptions = OptimOptions()
+    train: TrainOptions = TrainOptions()
+    eval: EvalOptions = EvalOptions()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_SECTIONS = {
+    "tokenizer": TokenizerOptions,
+    "data": DataOptions,
+    "optim": OptimOptions,
+    "train": TrainOptions,
+    "eval": EvalOptions,
+}
+
+
+def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
+    """ExperimentConfig from a parsed YAML dict; unknown sections or keys are errors (typos fail early)."""
+    unknown = set(raw) - set(_SECTIONS) - {"model"}
+    if unknown:
+        raise ValueError(f"unknown config sections {sorted(unknown)}")
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        values = dict(raw.get(name) or {})
+        bad = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if bad:
+            raise ValueError(f"unknown keys in {name}: {sorted(bad)}")
+        if "betas" in values:
+            values["betas"] = tuple(values["betas"])
+        sections[name] = cls(**values)
+    return ExperimentConfig(model=dict(raw.get("model") or {}), **sections)
+
+
+def load_config(path: str | os.PathLike) -> ExperimentConfig:
+    with open(path) as f:
+        return config_from_dict(yaml.safe_load(f) or {})
+
+
+# --- Learning rate ----------------------------------------------------------------------------------
+
+
+def learning_rate(step: int, optim: OptimOptions, total_steps: int | None) -> float:
+    """LR for optimizer step `step` (1-based); a pure function of the step, so resuming needs only the step.
+
+    `total_steps` (max_steps, or max_epochs x steps per epoch) is where warmup_linear reaches 0."""
+    step = max(step, 1)
+    warmup = max(optim.warmup_steps, 1)
+    if step <= warmup:
+        return optim.lr * step / warmup
+    if optim.scheduler == "noam":
+        return optim.lr * math.sqrt(warmup / step)  # ESPnet WarmupLR, normalized to peak at lr
+    if optim.scheduler == "warmup_linear":
+        if not total_steps:
+            raise ValueError("warmup_linear needs a known number of steps")
+        return optim.lr * max(0.0, (total_steps - step) / max(total_steps - warmup, 1))
+    if optim.scheduler == "constant":
+        return optim.lr
+    raise ValueError(f"unknown scheduler {optim.scheduler!r}")
+
+
+# --- Dev evaluation ---------------------------------------------------------------------------------
+
+_HIGHER_IS_BETTER = {"acc": True, "intent_accuracy": True, "slu_f1": True, "loss": False, "wer": False}
+
+
+@dataclass(frozen=True)
+class DevResult:
+    n: int  # utterances evaluated
+    loss: float  # ctc_weight * loss_ctc + (1 - ctc_weight) * loss_att, per utterance
+    loss_ctc: float
+    loss_att: float
+    acc: float  # decoder token accuracy (teacher forced)
+    wer: float  # CTC greedy transcript vs reference
+    intent_accuracy: float  # CTC greedy intent
+    slu_f1: float  # SLURP SLU-F1 over the rows whose slots are known
+    seconds: float  # wall time of the evaluation
+
+
+def ctc_greedy(model: ESPnetASRModel, speech: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
+    """Best-path CTC token ids per utterance (repeats merged, blanks dropped)."""
+    enc, enc_lens = model.encode(speech, lengths)
+    return _greedy_from_encoder(model, enc, enc_lens)
+
+
+def _greedy_from_encoder(model: ESPnetASRModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
+    best = model.ctc.argmax(enc).cpu()
+    out = []
+    for b, n in enumerate(enc_lens.tolist()):
+        ids = torch.unique_consecutive(best[b, :n])
+        out.append([int(i) for i in ids if i != 0])
+    return out
+
+
+@torch.no_grad()
+def evaluate(
+    model: ESPnetASRModel,
+    tokenizer: Tokenizer,
+    utterances: Sequence[Utterance],
+    batch_seconds: float,
+    device: torch.device | str = "cpu",
+) -> DevResult:
+    """Dev losses, decoder accuracy and CTC-greedy WER / intent accuracy / SLU-F1 over `utterances`."""
+    # ESPnet's MultiSequential (every repeat()-built encoder) draws layer-drop probabilities even in eval
+    # mode: without fork_rng, how often dev evaluation runs would change training's dropout/SpecAugment.
+    with torch.random.fork_rng(devices=[]):
+        return _evaluate(model, tokenizer, utterances, batch_seconds, device)
+
+
+def _evaluate(
+    model: ESPnetASRModel,
+    tokenizer: Tokenizer,
+    utterances: Sequence[Utterance],
+    batch_seconds: float,
+    device: torch.device | str,
+) -> DevResult:
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    dataset = SpeechDataset(utterances, tokenizer)
+    batches = bucket_batches([u.duration for u in utterances], batch_seconds)
+    sums = {"loss_ctc": 0.0, "loss_att": 0.0, "acc": 0.0}
+    hyps: dict[str, str] = {}
+    for batch in batch_loader(dataset, batches):
+        x = batch.model_inputs(device)
+        enc, enc_lens = model.encode(x["speech"], x["speech_lengths"])
+        loss_ctc, _ = model._calc_ctc_loss(enc, enc_lens, x["text"], x["text_lengths"])
+        loss_att, acc, _, _ = model._calc_att_loss(enc, enc_lens, x["text"], x["text_lengths"])
+        n = len(batch.ids)
+        sums["loss_ctc"] += float(loss_ctc) * n
+        sums["loss_att"] += float(loss_att) * n
+        sums["acc"] += float(acc) * n
+        for utt_id, ids in zip(batch.ids, _greedy_from_encoder(model, enc, enc_lens)):
+            hyps[utt_id] = tokenizer.decode(ids)
+    model.train(was_training)
+    scores = evaluate_slu(*_aligned_results(utterances, hyps))
+    n = len(utterances)
+    w = model.ctc_weight
+    loss_ctc, loss_att = sums["loss_ctc"] / n, sums["loss_att"] / n
+    return DevResult(
+        n=n,
+        loss=w * loss_ctc + (1 - w) * loss_att,
+        loss_ctc=loss_ctc,
+        loss_att=loss_att,
+        acc=sums["acc"] / n,
+        wer=scores.wer,
+        intent_accuracy=scores.intent_accuracy,
+        slu_f1=scores.slu_f1,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _aligned_results(utterances: Sequence[Utterance], hyps: dict[str, str]) -> tuple[list, list]:
+    """Gold and decoded SluResults; rows with unknown gold slots get no slots on either side (neutral)."""
+    refs, outs = [], []
+    for u in utterances:
+        hyp = decode_target(hyps[u.id])
+        if u.slots is None:
+            hyp = SluResult(hyp.text, hyp.intent)
+        refs.append(SluResult(u.text, u.intent, tuple(u.slots or ())))
+        outs.append(hyp)
+    return refs, outs
+
+
+# --- Checkpoints and averaging ----------------------------------------------------------------------
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save to a temporary file, then rename: a crash never leaves a half-written checkpoint."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def average_state_dicts(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of float tensors (ESPnet's average_nbest_models); integer buffers from the first."""
+    if not paths:
+        raise ValueError("nothing to average")
+    avg: dict[str, torch.Tensor] = {}
+    for path in paths:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        for k, v in state.items():
+            if not v.is_floating_point():
+                avg.setdefault(k, v.clone())  # e.g. BatchNorm's num_batches_tracked
+            elif k in avg:
+                avg[k] += v.double()
+            else:
+                avg[k] = v.double().clone()
+    return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in avg.items()}
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+# --- Training -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainState:
+    """Everything besides model and optimizer that a resumed run needs."""
+
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # current epoch (0-based)
+    batch_in_epoch: int = 0  # batches of this epoch already consumed
+    elapsed: float = 0.0  # wall seconds over all runs (evaluations and checkpoints included)
+    best: list[tuple[float, int, str]] = field(default_factory=list)  # (metric, step, snapshot file)
+    last_eval_step: int = -1
+    skipped_steps: int = 0  # updates skipped for a non-finite gradient (all runs)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    exp_dir: Path
+    steps: int
+    seconds_per_step: float  # mean wall time of a training step in this run (data loading included)
+    final_dev: DevResult | None
+    averaged: Path | None  # model_avg.pt
+
+
+def train(
+    config: ExperimentConfig,
+    corpus_dir: str | os.PathLike,
+    exp_dir: str | os.PathLike,
+    command: str | None = None,
+) -> TrainResult:
+    """Train (or resume) an experiment; `command` (the CLI line) goes into run.json for the model card."""
+    corpus_dir, exp_dir = Path(corpus_dir), Path(exp_dir)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    run_info = {"corpus": str(corpus_dir.resolve()), "command": command}
+    (exp_dir / "run.json").write_text(json.dumps(run_info, indent=2) + "\n")
+    opts = config.train
+    if opts.max_epochs is None and opts.max_steps is None:
+        raise ValueError("set train.max_epochs or train.max_steps")
+    _set_threads(opts.num_threads)
+    device = _device(opts.device)
+    torch.manual_seed(opts.seed)
+    random.seed(opts.seed)
+    np.random.seed(opts.seed)
+
+    train_utts = load_split(corpus_dir, config.data.train_split)
+    dev_utts = dev_subset(load_split(corpus_dir, config.data.dev_split), config.eval.dev_utterances)
+    tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir)
+    model = build_asr_model(model_config).to(device)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=config.optim.lr, betas=config.optim.betas, weight_decay=config.optim.weight_decay
+    )
+    state = TrainState()
+    ckpt_path = exp_dir / "checkpoint.pt"
+    if ckpt_path.exists():
+        state = _load_checkpoint(ckpt_path, model, optimizer)
+        log.info("resumed from %s at step %d (epoch %d, batch %d)", ckpt_path, state.step, state.epoch,
+                 state.batch_in_epoch)
+    loop = _Loop(config, model, optimizer, tokenizer, state, train_utts, dev_utts, exp_dir, device)
+    return loop.run()
+
+
+def _set_threads(n: int) -> None:
+    torch.set_num_threads(n)
+    try:
+        torch.set_num_interop_threads(1)  # only allowed before any parallel work: fine to miss on resume
+    except RuntimeError:
+        pass
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _prepare_experiment(
+    config: ExperimentConfig, train_utts: Sequence[Utterance], exp_dir: Path
+) -> tuple[Tokenizer, dict[str, Any]]:
+    """Tokenizer and full model config: from EXPDIR when present (resume), else trained and written there."""
+    tok_path, cfg_path = exp_dir / "tokenizer.model", exp_dir / "config.yaml"
+    if tok_path.exists() and cfg_path.exists():
+        stored = yaml.safe_load(cfg_path.read_text())
+        model_config = stored["model"]
+        if _model_section(config) != {k: v for k, v in model_config.items() if k not in ("token_list", "stats")}:
+            log.warning("model section differs from %s; keeping the stored one (it matches the checkpoint)",
+                        cfg_path)
+        return Tokenizer(tok_path), model_config
+
+    symbols = target_symbols(
+        (u.intent for u in train_utts), (t for u in train_utts for t, _ in (u.slots or ()))
+    )
+    tokenizer = Tokenizer.train((u.text for u in train_utts), symbols, config.tokenizer)
+    log.info("tokenizer: %d tokens (%d intent/markup symbols)", tokenizer.vocab_size, len(symbols))
+    mean, std = sample_global_stats(train_utts, config.data.stats_utterances, config.train.seed)
+    model_config = {
+        **_model_section(config),
+        "token_list": tokenizer.token_list,
+        "stats": {"mean": mean.tolist(), "std": std.tolist()},
+    }
+    tokenizer.save(tok_path)
+    resolved = {**config.to_dict(), "model": model_config}
+    tmp = cfg_path.with_name("config.yaml.tmp")
+    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False, default_flow_style=None, width=120))
+    os.replace(tmp, cfg_path)
+    return tokenizer, model_config
+
+
+def _model_section(config: ExperimentConfig) -> dict[str, Any]:
+    """The model dict with train.specaug applied (SpecAug has no weights, so this never breaks a resume)."""
+    model = copy.deepcopy(config.model)
+    model.pop("token_list", None)
+    model.pop("stats", None)
+    if config.train.specaug:
+        model["specaug"] = "specaug"
+        model.setdefault("specaug_conf", DEFAULT_SPECAUG_CONF)
+    else:
+        model["specaug"] = None
+    return model
+
+
+def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainState:
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    model.load_state_dict(ckpt["model"], strict=True)
+    optimizer.load_state_dict(ckpt["optimizer"])
+    _set_rng_state(ckpt["rng"])
+    state = TrainState(**ckpt["state"])
+    state.best = [tuple(b) for b in state.best]
+    return state
+
+
+class _Loop:
+    """The training loop with its bookkeeping (progress, log, evaluation, checkpoints)."""
+
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        model: ESPnetASRModel,
+        optimizer: torch.optim.Optimizer,
+        tokenizer: Tokenizer,
+        state: TrainState,
+        train_utts: Sequence[Utterance],
+        dev_utts: Sequence[Utterance],
+        exp_dir: Path,
+        device: torch.device,
+    ):
+        self.config, self.model, self.optimizer, self.tokenizer = config, model, optimizer, tokenizer
+        self.state, self.exp_dir, self.device = state, exp_dir, device
+        self.train_utts, self.dev_utts = train_utts, dev_utts
+        self.dataset = SpeechDataset(train_utts, tokenizer)
+        self.durations = [u.duration for u in train_utts]
+        self.log_file = open(exp_dir / "log.jsonl", "a")
+        self.step_times: list[float] = []
+        self.window: dict[str, float] = {}
+        self.final_dev: DevResult | None = None
+
+    def run(self) -> TrainResult:
+        opts = self.config.train
+        batches_per_epoch = len(bucket_batches(self.durations, self.config.data.batch_seconds))
+        steps_per_epoch = max(batches_per_epoch // self.config.optim.accum_grad, 1)
+        total = opts.max_steps or (opts.max_epochs or 0) * steps_per_epoch
+        if opts.max_epochs is not None:
+            total = min(total, opts.max_epochs * steps_per_epoch)
+        if batches_per_epoch == 0:
+            raise ValueError("the training split is empty")
+        self.total_steps = total
+        self.last_ckpt = self.last_eval = self.run_start = time.monotonic()
+        self.elapsed_before = self.state.elapsed
+        start_step = self.state.step
+        with tqdm(total=total, initial=min(self.state.step, total), unit="step", dynamic_ncols=True) as bar:
+            self.bar = bar
+            while not self._done():
+                self._run_epoch()
+        if self.state.last_eval_step != self.state.step or self.final_dev is None:
+            self._evaluate()
+        self._save_checkpoint()
+        averaged = self._average()
+        result = TrainResult(self.exp_dir, self.state.step, self._seconds_per_step(), self.final_dev, averaged)
+        self._write_summary(result, self.state.step - start_step)
+        self.log_file.close()
+        return result
+
+    def _done(self) -> bool:
+        opts = self.config.train
+        return (opts.max_steps is not None and self.state.step >= opts.max_steps) or (
+            opts.max_epochs is not None and self.state.epoch >= opts.max_epochs
+        )
+
+    def _run_epoch(self) -> None:
+        s = self.state
+        batches = bucket_batches(self.durations, self.config.data.batch_seconds, self.config.train.seed, s.epoch)
+        accum = self.config.optim.accum_grad
+        self.model.train()
+        loader = batch_loader(self.dataset, batches[s.batch_in_epoch :], self.config.data.num_workers)
+        tick = time.perf_counter()
+        for batch in loader:
+            s.batch_in_epoch += 1
+            self._forward_backward(batch, accum)
+            if s.batch_in_epoch % accum and s.batch_in_epoch < len(batches):
+                continue
+            self._optimizer_step()
+            self.step_times.append(time.perf_counter() - tick)
+            self._after_step()
+            if self._done():
+                return
+            tick = time.perf_counter()
+        s.epoch += 1
+        s.batch_in_epoch = 0
+
+    def _forward_backward(self, batch: Batch, accum: int) -> None:
+        loss, stats, _ = self.model(**batch.model_inputs(self.device))
+        if not torch.isfinite(loss):
+            log.debug("non-finite loss on batch %s; skipped", batch.ids[:3])
+            self._accumulate({"skipped_batches": 1.0})
+            return
+        (loss / accum).backward()
+        values = {k: float(stats[k]) for k in ("loss", "loss_ctc", "loss_att", "acc") if stats.get(k) is not None}
+        self._accumulate({**values, "batches": 1.0, "utterances": float(len(batch.ids))})
+
+    def _optimizer_step(self) -> None:
+        s = self.state
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
+        lr = learning_rate(s.step + 1, self.config.optim, self.total_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        finite = bool(torch.isfinite(grad_norm))
+        if finite:  # as ESPnet's trainer: a non-finite gradient skips the update, the step still counts
+            self.optimizer.step()
+        else:
+            s.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        s.step += 1
+        self._accumulate({"grad_norm": float(grad_norm) if finite else 0.0, "lr": lr, "steps": 1.0,
+                          "skipped_steps": 0.0 if finite else 1.0})
+
+    def _accumulate(self, values: dict[str, float]) -> None:
+        for k, v in values.items():
+            self.window[k] = self.window.get(k, 0.0) + v
+
+    def _after_step(self) -> None:
+        s, opts, eopts = self.state, self.config.train, self.config.eval
+        w = self.window
+        batches = max(w.get("batches", 0.0), 1.0)
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{w.get('loss', math.nan) / batches:.2f}",
+                             lr=f"{w.get('lr', 0.0) / max(w.get('steps', 1.0), 1.0):.1e}",
+                             s_step=f"{self._seconds_per_step():.2f}", epoch=s.epoch)
+        if s.step % opts.log_interval_steps == 0:
+            self._log_train()
+        now = time.monotonic()
+        if (eopts.interval_steps and s.step % eopts.interval_steps == 0) or (
+            eopts.interval_minutes is not None and now - self.last_eval >= 60 * eopts.interval_minutes
+        ):
+            self._evaluate()
+        if (opts.checkpoint_steps and s.step % opts.checkpoint_steps == 0) or (
+            now - self.last_ckpt >= 60 * opts.checkpoint_minutes
+        ):
+            self._save_checkpoint()
+
+    def _log_train(self) -> None:
+        w, self.window = self.window, {}
+        batches, steps = max(w.pop("batches", 0.0), 1.0), max(w.pop("steps", 0.0), 1.0)
+        line = {"kind": "train", "step": self.state.step, "epoch": self.state.epoch, "time": time.time(),
+                "s_per_step": self._seconds_per_step(window=int(steps))}
+        for k in ("loss", "loss_ctc", "loss_att", "acc"):
+            if k in w:
+                line[k] = w[k] / batches
+        skipped = w.get("skipped_steps", 0.0)
+        line.update(lr=w.get("lr", 0.0) / steps, grad_norm=w.get("grad_norm", 0.0) / max(steps - skipped, 1.0),
+                    utterances=w.get("utterances", 0.0), skipped_steps=skipped,
+                    skipped_batches=w.get("skipped_batches", 0.0))
+        self._write_log(line)
+        if skipped or w.get("skipped_batches"):
+            self.bar.write(f"warning: steps {self.state.step - int(steps) + 1}-{self.state.step}: {int(skipped)} "
+                           f"updates skipped (non-finite gradient), {int(w.get('skipped_batches', 0))} batches "
+                           "skipped (non-finite loss)")
+
+    def _write_log(self, line: dict[str, Any]) -> None:
+        self.log_file.write(json.dumps(line) + "\n")
+        self.log_file.flush()
+
+    def _seconds_per_step(self, window: int = 50) -> float:
+        recent = self.step_times[-window:]
+        return sum(recent) / len(recent) if recent else math.nan
+
+    def _evaluate(self) -> None:
+        s, eopts = self.state, self.config.eval
+        if not self.dev_utts:
+            log.warning("no dev utterances: skipping evaluation (nothing will be averaged)")
+            return
+        result = evaluate(self.model, self.tokenizer, self.dev_utts, self.config.data.batch_seconds, self.device)
+        self.last_eval, s.last_eval_step, self.final_dev = time.monotonic(), s.step, result
+        self._write_log({"kind": "dev", "step": s.step, "epoch": s.epoch, "time": time.time(),
+                         **dataclasses.asdict(result)})
+        self.bar.write(f"step {s.step} dev: loss {result.loss:.2f} acc {result.acc:.3f} wer {result.wer:.3f} "
+                       f"intent {result.intent_accuracy:.3f} slu_f1 {result.slu_f1:.3f} ({result.seconds:.0f}s)")
+        self._update_best(getattr(result, eopts.best_metric))
+
+    def _update_best(self, value: float) -> None:
+        """Keep the snapshot if it ranks among the keep_best best; delete the one it pushes out."""
+        s, eopts = self.state, self.config.eval
+        if eopts.best_metric not in _HIGHER_IS_BETTER:
+            raise ValueError(f"unknown best_metric {eopts.best_metric!r}; choose from {sorted(_HIGHER_IS_BETTER)}")
+        sign = 1.0 if _HIGHER_IS_BETTER[eopts.best_metric] else -1.0
+        if not math.isfinite(value):
+            return
+        snap_dir = self.exp_dir / "snapshots"
+        snap_dir.mkdir(exist_ok=True)
+        name = f"step{s.step:08d}.pt"
+        entries = [b for b in s.best if b[1] != s.step] + [(value, s.step, name)]
+        # Best first; on equal metric the later step wins (it has trained longer).
+        entries.sort(key=lambda b: (sign * b[0], b[1]), reverse=True)
+        keep, drop = entries[: eopts.keep_best], entries[eopts.keep_best :]
+        if any(b[1] == s.step for b in keep):
+            atomic_save(self.model.state_dict(), snap_dir / name)
+        for _, _, old in drop:
+            (snap_dir / old).unlink(missing_ok=True)
+        s.best = keep
+
+    def _save_checkpoint(self) -> None:
+        s = self.state
+        s.elapsed = self.elapsed_before + time.monotonic() - self.run_start
+        atomic_save(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "state": dataclasses.asdict(s),
+                "rng": _rng_state(),
+            },
+            self.exp_dir / "checkpoint.pt",
+        )
+        self.last_ckpt = time.monotonic()
+
+    def _average(self) -> Path | None:
+        paths = [self.exp_dir / "snapshots" / name for _, _, name in self.state.best]
+        paths = [p for p in paths if p.exists()]
+        if not paths:
+            return None
+        out = self.exp_dir / "model_avg.pt"
+        atomic_save(average_state_dicts(paths), out)
+        log.info("averaged %d snapshots (steps %s) into %s", len(paths), [b[1] for b in self.state.best], out)
+        return out
+
+    def _write_summary(self, result: TrainResult, steps_this_run: int) -> None:
+        summary = {
+            "steps": result.steps,
+            "epoch": self.state.epoch,
+            "steps_this_run": steps_this_run,
+            "seconds_per_step": result.seconds_per_step,
+            "train_seconds": self.state.elapsed,
+            "num_threads": self.config.train.num_threads,
+            "skipped_steps": self.state.skipped_steps,
+            "parameters": count_parameters(self.model),
+            "vocab_size": self.tokenizer.vocab_size,
+            "averaged_steps": [b[1] for b in self.state.best],
+            "best_metric": self.config.eval.best_metric,
+            "final_dev": None if result.final_dev is None else dataclasses.asdict(result.final_dev),
+        }
+        (self.exp_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"trained {result.steps} steps; {result.seconds_per_step:.3f} s/step "
+              f"({self.config.train.num_threads} threads); averaged -> {result.averaged}")
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,1 @@
+"""Proto package `pasu` (folders follow the proto package names, as protoc expects)."""

@@ -1,0 +1,72 @@
+"""Fixtures for the cloud server tests: real servers on 127.0.0.1 with free ports, in this process."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+import torch
+
+
+def load_support():
+    """tests/cloud/support.py as one shared module (test folders are not packages in importlib mode)."""
+    name = "pasu_tests_cloud_support"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("support.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def support():
+    return load_support()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # The machine is shared with training jobs; one intra-op thread keeps timings steady and polite.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def start_server(support):
+    """start_server(recognizer=None, **ServerConfig fields) -> a started ServerThread, stopped at teardown."""
+    from pasu.cloud.config import ServerConfig
+    from pasu.cloud.server import ServerThread
+
+    started = []
+
+    def start(recognizer=None, **config):
+        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, **config}
+        server = ServerThread(recognizer or support.tiny_recognizer(), ServerConfig(**config)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop(grace=0)
+
+
+@pytest.fixture
+def stub_for():
+    """stub_for(server) -> a SpeechUnderstanding stub on a fresh plaintext channel, closed at teardown."""
+    from pasu.protos import slu_pb2_grpc
+
+    channels = []
+
+    def make(server):
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+        channels.append(channel)
+        return slu_pb2_grpc.SpeechUnderstandingStub(channel)
+
+    yield make
+    for channel in channels:
+        channel.close()

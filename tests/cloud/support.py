@@ -1,0 +1,170 @@
+"""Shared by the cloud and device tests: a tiny but real ESPnet recognizer, a slow wrapper, audio, certs.
+
+Loaded by path (see `load()` in conftest.py and tests/device/test_cloud_client.py): with pytest's
+importlib import mode, test folders are not packages.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import ipaddress
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from pasu.cloud.recognizer import DecodingOptions, EspnetRecognizer, Recognition
+from pasu.protos import slu_pb2
+
+SAMPLE_RATE = 16000
+TEXTS = ["wake me up at five am", "what is the weather tomorrow", "play some jazz music", "turn off the lights"]
+TINY_MODEL = {
+    "encoder": "late_context",
+    "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
+                         attention_heads=2),
+    "decoder_conf": dict(linear_units=64, attention_heads=2),
+}
+# Untrained weights rarely emit <eos>: cap the output so a decode costs a bounded, small time.
+TINY_DECODING = DecodingOptions(beam_size=3, maxlenratio=-10)
+
+
+@functools.lru_cache(maxsize=1)
+def tiny_parts():
+    """(model, tokenizer): an untrained ~100k-parameter late-context model and a real sentencepiece tokenizer."""
+    from pasu.models.build import build_asr_model
+    from pasu.models.targets import target_symbols
+    from pasu.models.tokenizer import Tokenizer, TokenizerOptions
+
+    tokenizer = Tokenizer.train(TEXTS, target_symbols(["alarm_set", "weather_query"], ["time", "date"]),
+                                TokenizerOptions(vocab_size=40))
+    torch.manual_seed(0)
+    model = build_asr_model({"token_list": tokenizer.token_list, **TINY_MODEL}).eval()
+    return model, tokenizer
+
+
+def tiny_recognizer(model_id: str = "tiny-untrained") -> EspnetRecognizer:
+    """A real EspnetRecognizer (batched encoder + BatchBeamSearch) over the tiny model."""
+    model, tokenizer = tiny_parts()
+    return EspnetRecognizer(model, tokenizer, TINY_DECODING, model_id=model_id)
+
+
+def write_model_folder(folder: Path) -> Path:
+    """The tiny model as a PASU model folder (what `pasu cloud serve --model` loads)."""
+    from pasu.models.package import PACKAGE_FORMAT
+
+    model, tokenizer = tiny_parts()
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), folder / "model.pt")  # float32: load_packaged takes either precision
+    tokenizer.save(folder / "tokenizer.model")
+    config = {"format": PACKAGE_FORMAT, "name": "tiny-untrained",
+              "model": {"token_list": tokenizer.token_list, **TINY_MODEL},
+              "tokenizer": "tokenizer.model", "weights": "model.pt"}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    return folder
+
+
+class SlowRecognizer:
+    """Fault injection: a real recognizer that first sleeps, to play a slow or overloaded server.
+
+    Records the lengths of every batch it was given, so tests can tell which requests were run.
+    """
+
+    def __init__(self, inner: EspnetRecognizer, delay_s: float):
+        self.inner = inner
+        self.delay_s = delay_s
+        self.model_id = inner.model_id
+        self.sample_rate = inner.sample_rate
+        self.batches: list[list[int]] = []
+        self.started = threading.Event()  # set when a batch begins (tests stop the server mid-request)
+
+    def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
+        self.batches.append([len(w) for w in waveforms])
+        self.started.set()
+        time.sleep(self.delay_s)
+        return self.inner.recognize_batch(waveforms)
+
+
+def eventually(predicate, timeout: float = 5.0) -> bool:
+    """Poll `predicate` until true: the server records an RPC's metrics just after the client has its answer."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def waveform(seconds: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Noise-like speech stand-in in [-1, 1]: the transport does not care what was said."""
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.standard_normal(int(seconds * SAMPLE_RATE)) * 0.1, -1, 1).astype(np.float32)
+
+
+def pcm16(seconds: float = 1.0, seed: int = 0) -> bytes:
+    return (waveform(seconds, seed) * 32767).astype("<i2").tobytes()
+
+
+def request(seconds: float = 1.0, seed: int = 0, utterance_id: str = "utt") -> slu_pb2.UnderstandRequest:
+    return slu_pb2.UnderstandRequest(
+        audio=slu_pb2.Audio(encoding=slu_pb2.LINEAR16, sample_rate=SAMPLE_RATE, data=pcm16(seconds, seed)),
+        metadata=slu_pb2.UtteranceMetadata(utterance_id=utterance_id, client_id="test"))
+
+
+# --- Certificates -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def make_pki(folder: Path) -> Pki:
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate (EC P-256: fast)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def cert(subject: str, key, issuer: str, issuer_key, ca: bool, usage=None, san=None) -> x509.Certificate:
+        builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if usage:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if san:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def write(path: Path, obj) -> Path:
+        if isinstance(obj, x509.Certificate):
+            path.write_bytes(obj.public_bytes(serialization.Encoding.PEM))
+        else:
+            path.write_bytes(obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        return path
+
+    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = cert("pasu-test-ca", ca_key, "pasu-test-ca", ca_key, ca=True)
+    server = cert("localhost", server_key, "pasu-test-ca", ca_key, ca=False, usage=ExtendedKeyUsageOID.SERVER_AUTH,
+                  san=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    client = cert("pasu-device-1", client_key, "pasu-test-ca", ca_key, ca=False,
+                  usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    return Pki(ca=write(folder / "ca.pem", ca), server_cert=write(folder / "server.pem", server),
+               server_key=write(folder / "server.key", server_key), client_cert=write(folder / "client.pem", client),
+               client_key=write(folder / "client.key", client_key))
