@@ -73,7 +73,7 @@ def config_from_args(args: argparse.Namespace):
 def _serve(args: argparse.Namespace) -> int:
     import warnings
 
-    from pasu.cloud.recognizer import EspnetRecognizer
+    from pasu.models.recognizer import EspnetRecognizer
     from pasu.cloud.server import configure_logging, serve
 
     # ESPnetASRModel.encode calls the deprecated torch.cuda.amp.autocast: not ours to fix, and not a log line.

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from pasu.cloud.recognizer import DecodingOptions
+from pasu.models.recognizer import DecodingOptions
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from pasu.cloud.auth import TokenAuthInterceptor
 from pasu.cloud.batching import BatchingOptions, DeadlineExpired, MicroBatcher, QueueFull
 from pasu.cloud.config import ServerConfig
 from pasu.cloud.metrics import ServerMetrics
-from pasu.cloud.recognizer import Recognition, Recognizer
+from pasu.models.recognizer import Recognition, Recognizer
 from pasu.protos import slu_pb2, slu_pb2_grpc
 
 log = logging.getLogger("pasu.cloud")

@@ -41,6 +41,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     package.add_argument("--name", default=None, help="model name in the card (default: EXPDIR's name)")
     package.set_defaults(run=_package)
 
+    evaluate = sub.add_parser(
+        "eval", help="decode corpus splits with a model folder; print and save WER, intent accuracy, SLU-F1",
+        epilog="Example: pasu eval models/device --corpus data/corpus-full --limit 500 --out exp/device/eval.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    evaluate.add_argument("model_dir", type=Path, help="a packaged model folder")
+    evaluate.add_argument("--corpus", type=Path, required=True, help="corpus folder with <split>.jsonl")
+    evaluate.add_argument("--splits", default="test,test_unseen", help="comma-separated (default: test,test_unseen)")
+    evaluate.add_argument("--limit", type=int, default=0, help="fixed random subset per split (default: all)")
+    evaluate.add_argument("--beam", type=int, default=5, help="beam size (default: 5, the paper's full decode)")
+    evaluate.add_argument("--ctc-weight", type=float, default=0.3, help="CTC weight (default: 0.3)")
+    evaluate.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    evaluate.add_argument("--out", type=Path, default=None, help="write the results JSON here")
+    evaluate.set_defaults(run=_evaluate)
+
 
 def _train(args: argparse.Namespace) -> int:
     import warnings
@@ -69,4 +83,20 @@ def _package(args: argparse.Namespace) -> int:
 
     out = package_model(args.exp_dir, args.out, weights=args.weights, evaluation=args.eval, name=args.name)
     print(f"wrote {out}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from pasu.models.evaluate import EvalOptions, evaluate_model, write_results
+    from pasu.models.recognizer import DecodingOptions
+
+    opts = EvalOptions(splits=tuple(s for s in args.splits.split(",") if s), limit=args.limit,
+                       decoding=DecodingOptions(beam_size=args.beam, ctc_weight=args.ctc_weight,
+                                                num_threads=args.threads))
+    results = evaluate_model(args.model_dir, args.corpus, opts)
+    if args.out:
+        write_results(results, args.out)
+    print(json.dumps({k: v for k, v in results.items() if k in opts.splits}, indent=2))
     return 0

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import yaml
 
-from pasu.cloud.recognizer import DecodingOptions, EspnetRecognizer, Recognition
+from pasu.models.recognizer import DecodingOptions, EspnetRecognizer, Recognition
 from pasu.protos import slu_pb2
 
 SAMPLE_RATE = 16000

@@ -13,7 +13,7 @@ from pasu.cloud.auth import bearer_token, token_matches
 from pasu.cloud.batching import BatchingOptions, DeadlineExpired, MicroBatcher, QueueFull
 from pasu.cloud.cli import config_from_args
 from pasu.cloud.config import ServerConfig, TlsConfig, config_from_dict, load_config
-from pasu.cloud.recognizer import DecodingOptions
+from pasu.models.recognizer import DecodingOptions
 
 # --- Config -----------------------------------------------------------------------------------------------
 

@@ -1,0 +1,58 @@
+"""`pasu eval`: decode corpus splits with a packaged model and score WER, intent accuracy and SLU-F1."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from pasu.metrics import SluResult, evaluate_slu, mean_rtf
+from pasu.models.data import Utterance, dev_subset, load_split, read_audio
+from pasu.models.recognizer import DecodingOptions, EspnetRecognizer
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    splits: tuple[str, ...] = ("test", "test_unseen")
+    # utterances per split, a fixed random subset (0: the whole split)
+    limit: int = 0
+    # the paper's full decode: beam 5, CTC weight 0.3
+    decoding: DecodingOptions = DecodingOptions(beam_size=5, ctc_weight=0.3)
+
+
+def evaluate_split(recognizer: EspnetRecognizer, utterances: Sequence[Utterance], desc: str = "") -> dict:
+    """Decode one utterance at a time (as a device does) and score against the manifest labels."""
+    hyps, seconds = [], []
+    for utt in tqdm(utterances, desc=desc, unit="utt", dynamic_ncols=True):
+        audio = read_audio(utt.audio)
+        started = time.perf_counter()
+        hyps.append(recognizer.recognize_batch([audio])[0])
+        seconds.append(time.perf_counter() - started)
+    refs = [SluResult(u.text, u.intent, u.slots or ()) for u in utterances]
+    scores = asdict(evaluate_slu(refs, [SluResult(h.text, h.intent, h.slots) for h in hyps]))
+    scores["decode_rtf"] = mean_rtf(seconds, [u.duration for u in utterances])
+    scores["decode_seconds_p50"] = float(np.median(seconds))
+    return scores
+
+
+def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOptions = EvalOptions()) -> dict:
+    """{split: scores} for a packaged model folder."""
+    recognizer = EspnetRecognizer.from_folder(model_dir, opts.decoding)
+    results = {}
+    for split in opts.splits:
+        utterances = load_split(corpus_dir, split)
+        if opts.limit:
+            utterances = dev_subset(utterances, opts.limit)
+        results[split] = evaluate_split(recognizer, utterances, desc=split)
+    results["decoding"] = asdict(opts.decoding)
+    results["corpus"] = str(corpus_dir)
+    return results
+
+
+def write_results(results: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(results, indent=2))
