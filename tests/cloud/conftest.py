@@ -8,7 +8,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import torch
 
 
 def load_support():
@@ -25,15 +24,6 @@ def load_support():
 @pytest.fixture(scope="session")
 def support():
     return load_support()
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The machine is shared with training jobs; one intra-op thread keeps timings steady and polite.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

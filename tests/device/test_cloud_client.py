@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from pasu.cloud.config import ServerConfig, TlsConfig
 from pasu.cloud.server import ServerThread
@@ -40,14 +39,6 @@ def _support():
 
 
 support = _support()
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

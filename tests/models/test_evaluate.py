@@ -5,36 +5,17 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from pasu.models.data import load_split, write_synthetic_corpus
+from pasu.models.data import load_split
 from pasu.models.evaluate import evaluate_split
 from pasu.models.package import package_model
 from pasu.models.recognizer import Recognition
-from pasu.models.tokenizer import TokenizerOptions
-from pasu.models.train import DataOptions, EvalOptions, ExperimentConfig, OptimOptions, TrainOptions, train
 
 
 @pytest.fixture(scope="module")
-def corpus_and_model(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval")
-    corpus = write_synthetic_corpus(root / "corpus", n_train=6, n_dev=3)
-    config = ExperimentConfig(
-        model={"encoder": "late_context",
-               "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
-                                    attention_heads=2),
-               "decoder_conf": dict(linear_units=64, attention_heads=2),
-               "model_conf": dict(report_cer=False, report_wer=False)},
-        tokenizer=TokenizerOptions(vocab_size=50),
-        data=DataOptions(batch_seconds=6.0, stats_utterances=4),
-        optim=OptimOptions(warmup_steps=1),
-        train=TrainOptions(max_epochs=None, max_steps=2, num_threads=1, checkpoint_minutes=60),
-        eval=EvalOptions(interval_steps=1, interval_minutes=None, keep_best=2),
-    )
-    before = torch.get_num_threads()
-    train(config, corpus, root / "exp")
-    torch.set_num_threads(before)
-    return corpus, package_model(root / "exp", root / "model")
+def corpus_and_model(tiny_experiment, tmp_path_factory):
+    corpus, exp_dir = tiny_experiment
+    return corpus, package_model(exp_dir, tmp_path_factory.mktemp("eval") / "model")
 
 
 def test_eval_command_writes_scores_per_split(corpus_and_model, tmp_path):

@@ -16,7 +16,6 @@ from espnet2.asr.decoder.transformer_decoder import TransformerDecoder
 from espnet2.asr.encoder.conformer_encoder import ConformerEncoder
 from espnet2.asr.espnet_model import ESPnetASRModel
 from espnet2.layers.global_mvn import GlobalMVN
-from pasu.models.data import write_synthetic_corpus
 from pasu.models.package import (
     EspnetDefaultFrontend,
     load_espnet_checkpoint,
@@ -24,39 +23,12 @@ from pasu.models.package import (
     package_model,
     results_table,
 )
-from pasu.models.tokenizer import Tokenizer, TokenizerOptions
-from pasu.models.train import DataOptions, EvalOptions, ExperimentConfig, OptimOptions, TrainOptions, train
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from pasu.models.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
-def exp_dir(tmp_path_factory):
-    """A 2-step `pasu train` experiment on a synthetic corpus."""
-    root = tmp_path_factory.mktemp("pkg")
-    corpus = write_synthetic_corpus(root / "corpus", n_train=6, n_dev=2)
-    config = ExperimentConfig(
-        model={
-            "encoder": "late_context",
-            "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
-                                 attention_heads=2),
-            "decoder_conf": dict(linear_units=64, attention_heads=2),
-            "model_conf": dict(report_cer=False, report_wer=False),
-        },
-        tokenizer=TokenizerOptions(vocab_size=50),
-        data=DataOptions(batch_seconds=6.0, stats_utterances=4),
-        optim=OptimOptions(warmup_steps=1),
-        train=TrainOptions(max_epochs=None, max_steps=2, num_threads=1, checkpoint_minutes=60),
-        eval=EvalOptions(interval_steps=1, interval_minutes=None, keep_best=2),
-    )
-    train(config, corpus, root / "exp", command="pasu train --config c.yaml --corpus corpus --out exp")
-    return root / "exp"
+def exp_dir(tiny_experiment):
+    return tiny_experiment[1]
 
 
 def _ctc_log_probs(model: ESPnetASRModel, speech: torch.Tensor) -> torch.Tensor:

@@ -46,15 +46,6 @@ def tiny_config(**train) -> ExperimentConfig:
     )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread, as train() sets: the 2-core test machine may be busy with other work."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return write_synthetic_corpus(tmp_path_factory.mktemp("corpus"), n_train=10, n_dev=3)
