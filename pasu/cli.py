@@ -12,11 +12,12 @@ Register = Callable[[argparse._SubParsersAction], None]
 
 
 def _registrars() -> list[Register]:
+    from pasu.bench.cli import register as bench
     from pasu.cloud.cli import register as cloud
     from pasu.corpus.cli import register as corpus
     from pasu.models.cli import register as models
 
-    return [corpus, models, cloud]
+    return [corpus, models, cloud, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,20 @@
+"""`pasu bench`: one subcommand per benchmark module; each module registers its own parser."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "bench",
+        help="run a benchmark and print its figures",
+        description="Benchmarks: each prints its figures and writes a JSON result (see `pasu bench report`).",
+    )
+    benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    for register_bench in _registrars():
+        register_bench(benches)
+
+
+def _registrars() -> list:
+    return []
