@@ -130,35 +130,7 @@ class EspnetRecognizer:
         return encoded, encoded_lengths.tolist()
 
     def _beam_search(self) -> Any:
-        from espnet.nets.batch_beam_search import BatchBeamSearch
-        from espnet.nets.scorers.ctc import CTCPrefixScorer
-        from espnet.nets.scorers.length_bonus import LengthBonus
-
-        o = self.options
-        vocab = len(self.tokenizer.token_list)
-        scorers: dict[str, Any] = {
-            "decoder": self.model.decoder,
-            "ctc": CTCPrefixScorer(ctc=self.model.ctc, eos=self.model.eos),
-            "length_bonus": LengthBonus(vocab),
-        }
-        weights = {"decoder": 1.0 - o.ctc_weight, "ctc": o.ctc_weight, "length_bonus": o.length_bonus}
-        if o.ban_slots_unknown:
-            banned = self._banned_ids()
-            if banned:
-                scorers["ban"] = _TokenBan(vocab, banned)
-                weights["ban"] = 1.0
-        search = BatchBeamSearch(
-            scorers=scorers, weights=weights, beam_size=o.beam_size, vocab_size=vocab,
-            sos=self.model.sos, eos=self.model.eos, token_list=list(self.tokenizer.token_list),
-            pre_beam_score_key="full",
-        )
-        return search.eval()
-
-    def _banned_ids(self) -> list[int]:
-        from pasu.models.targets import SLOTS_UNKNOWN
-
-        token_list = list(self.tokenizer.token_list)
-        return [token_list.index(SLOTS_UNKNOWN)] if SLOTS_UNKNOWN in token_list else []
+        return espnet_beam_search(self.model, self.tokenizer.token_list, self.options)
 
     def _decode_one(self, search: Any, encoded: torch.Tensor) -> Recognition:
         from pasu.models.targets import decode_target
@@ -176,6 +148,41 @@ class EspnetRecognizer:
         ids = [int(t) for t in best.yseq[1:-1]]  # drop <sos> and <eos>
         slu = decode_target(self.tokenizer.decode(ids))
         return Recognition(text=slu.text, intent=slu.intent, slots=slu.slots, confidence=_confidence(best))
+
+
+def banned_token_ids(token_list: Sequence[str], ban_slots_unknown: bool = True) -> list[int]:
+    """Tokens the search must never emit: SLOTS_UNKNOWN would skip the slot markup (models/targets.py)."""
+    from pasu.models.targets import SLOTS_UNKNOWN
+
+    token_list = list(token_list)
+    return [token_list.index(SLOTS_UNKNOWN)] if ban_slots_unknown and SLOTS_UNKNOWN in token_list else []
+
+
+def espnet_beam_search(model: Any, token_list: Sequence[str], options: DecodingOptions, batch: bool = True) -> Any:
+    """ESPnet's own hybrid CTC/attention search (`BatchBeamSearch`, or `BeamSearch` when not `batch`) over
+    the attention decoder, CTC prefix scorer and length bonus, as ESPnet's `Speech2Text` builds it."""
+    from espnet.nets.batch_beam_search import BatchBeamSearch
+    from espnet.nets.beam_search import BeamSearch
+    from espnet.nets.scorers.ctc import CTCPrefixScorer
+    from espnet.nets.scorers.length_bonus import LengthBonus
+
+    vocab = len(token_list)
+    scorers: dict[str, Any] = {
+        "decoder": model.decoder,
+        "ctc": CTCPrefixScorer(ctc=model.ctc, eos=model.eos),
+        "length_bonus": LengthBonus(vocab),
+    }
+    weights = {"decoder": 1.0 - options.ctc_weight, "ctc": options.ctc_weight, "length_bonus": options.length_bonus}
+    banned = banned_token_ids(token_list, options.ban_slots_unknown)
+    if banned:
+        scorers["ban"] = _TokenBan(vocab, banned)
+        weights["ban"] = 1.0
+    cls = BatchBeamSearch if batch else BeamSearch
+    search = cls(
+        scorers=scorers, weights=weights, beam_size=options.beam_size, vocab_size=vocab,
+        sos=model.sos, eos=model.eos, token_list=list(token_list), pre_beam_score_key="full",
+    )
+    return search.eval()
 
 
 def _confidence(hyp: Any) -> float:

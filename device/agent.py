@@ -1,0 +1,367 @@
+"""The device agent: ingest audio as it arrives, run pilots while the user speaks, answer at end of speech.
+
+`Session` is one utterance's work (ingestion, pilots, the offloading decision, the final decode), written
+against a clock so that the same code runs in two drivers:
+
+- `DeviceAgent`: the live API. `feed(chunk)` hands audio to a worker thread; `end()` marks end of speech
+  and returns the result. A pilot still running at end of speech is abandoned at its next step.
+- `replay()`: a virtual clock for benchmarks. Chunk k is due at (k+1) x chunk seconds; each piece of work
+  advances the clock by its measured compute time; no pilot starts before its audio is due, and work is
+  serialized as on the device's cores. `pasu bench local --check-clock` compares it with real-time pacing.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from pasu.device.audio import SAMPLE_RATE, AudioError, check_finite, check_length, chunks
+from pasu.device.decoding.search import Hypothesis, SearchAborted, SearchOptions, SearchResult
+from pasu.device.routing import Decision, Policy
+from pasu.device.runtime import DeviceModel
+from pasu.device.timeline import Timeline
+from pasu.metrics import SluResult
+
+Decoder = Literal["pilot", "espnet_batch", "espnet_beam"]
+
+
+@dataclass(frozen=True)
+class PilotOptions:
+    """When pilots run during ingestion and how they search (the paper's defaults)."""
+
+    enabled: bool = True  # run pilot inference at all
+    start_seconds: float = 1.5  # T_s: no pilot on less audio than this
+    interval_seconds: float = 1.0  # tau: audio seconds between pilots
+    incremental: bool = True  # each pilot follows the previous one's hypothesis and reuses its CTC state
+    search: SearchOptions = SearchOptions(beam_size=3, max_tokens=15, pre_beam_size=10, record_ctc=True,
+                                          beam_collapse=True, ctc_leap=True)
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    chunk_seconds: float = 0.1  # audio per ingestion step (what a microphone callback delivers)
+    pilot: PilotOptions = PilotOptions()
+    decoder: Decoder = "pilot"  # "pilot": our search, helped by the last pilot; "espnet_batch"/"espnet_beam":
+    # ESPnet's own BatchBeamSearch / BeamSearch on the full input (the vanilla baselines; pilots still run
+    # when enabled, e.g. for the offloading decision)
+    final_search: SearchOptions = SearchOptions(beam_size=5, ctc_weight=0.3, beam_collapse=True,
+                                                early_termination=True, ctc_leap=True)
+    cloud_deadline_s: float = 2.0  # budget of one offload, retries included; then the local result is used
+
+
+@dataclass(frozen=True)
+class AgentResult(SluResult):
+    """One utterance's answer and how it was reached."""
+
+    confidence: float = 0.0  # 1 / perplexity of the answering model over its hypothesis
+    route: str = "local"  # local | cloud | fallback (the cloud failed; the local result is returned)
+    reason: str = ""  # why this route (the offramp's score and threshold, the cloud's failure, ...)
+    latency: float = 0.0  # seconds from end of speech to the result
+    audio_seconds: float = 0.0
+    pilots: int = 0  # pilots that completed
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (see Session.timings)
+    timeline: Timeline = field(default_factory=Timeline, repr=False, compare=False)
+    tokens: tuple[int, ...] = ()  # the answering hypothesis (local route)
+    pilot_text: str = ""  # the last pilot's transcript (what the offramp judged)
+
+
+class Clock:
+    """Seconds since the utterance's first sample was due."""
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+class VirtualClock(Clock):
+    """Advances with measured compute time, and jumps forward (never back) when waiting for audio."""
+
+    def __init__(self) -> None:
+        self._virtual = 0.0
+        self._mark = time.perf_counter()
+
+    def now(self) -> float:
+        return self._virtual + (time.perf_counter() - self._mark)
+
+    def wait_until(self, t: float) -> None:
+        self._virtual = max(self.now(), t)
+        self._mark = time.perf_counter()
+
+
+class Session:
+    """One utterance on the device."""
+
+    def __init__(self, model: DeviceModel, options: AgentOptions, clock: Clock,
+                 policy: Policy | None = None, cloud: Any = None, espnet_search: Any = None,
+                 utterance_id: str = ""):
+        # cloud: a pasu.device.cloud_client.CloudClient (or None: never offload); espnet_search: the ESPnet
+        # search object for options.decoder != "pilot" (built once per agent, it is reusable)
+        self.model = model
+        self.options = options
+        self.clock = clock
+        self.policy = policy
+        self.cloud = cloud
+        self.espnet_search = espnet_search
+        self.utterance_id = utterance_id
+        self.stream = model.open_stream()
+        self.audio: list[np.ndarray] = []
+        self.timeline = Timeline()
+        self.last_pilot: SearchResult | None = None
+        self.pilots = 0
+        self.next_pilot_at = options.pilot.start_seconds
+
+    @property
+    def seconds(self) -> float:
+        return self.stream.num_samples / SAMPLE_RATE
+
+    # ---- during ingestion -----------------------------------------------------------------------------
+    def ingest(self, samples: np.ndarray) -> None:
+        check_finite(samples, "chunk")
+        start = self.clock.now()
+        self.audio.append(samples)
+        self.stream.accept(samples)
+        self.timeline.add("ingest", start, self.clock.now(), audio=round(self.seconds, 3))
+
+    def pilot_due(self) -> bool:
+        return self.options.pilot.enabled and self.seconds >= self.next_pilot_at
+
+    def run_pilot(self, should_abort: Any) -> None:
+        """Encode what has arrived and search it; abandoned (no state change) when `should_abort()`."""
+        pilot = self.options.pilot
+        while self.next_pilot_at <= self.seconds:
+            self.next_pilot_at += pilot.interval_seconds
+        start, audio = self.clock.now(), self.seconds
+        try:
+            encoded = self.stream.encode()
+            if encoded.size(0) == 0:
+                return
+            reference = self.last_pilot.as_reference() if (pilot.incremental and self.last_pilot) else None
+            options = pilot.search if pilot.incremental else replace(pilot.search, beam_collapse=False,
+                                                                     ctc_leap=False)
+            result = self.model.search.search(encoded, options, reference, should_abort)
+        except SearchAborted:
+            self.timeline.add("pilot_abandoned", start, self.clock.now(), audio=round(audio, 3))
+            return
+        self.last_pilot = result
+        self.pilots += 1
+        text = self.model.read(result.best.tokens).text if result.best else ""
+        self.timeline.add("pilot", start, self.clock.now(), audio=round(audio, 3), text=text,
+                          tokens=len(result.best.tokens) if result.best else 0, steps=result.stats.steps)
+
+    # ---- at end of speech -----------------------------------------------------------------------------
+    def finish(self, end_of_speech: float) -> AgentResult:
+        """Decide where to finish, finish there, and return the result; latency counts from `end_of_speech`."""
+        check_length(self.stream.num_samples, source=self.utterance_id or "utterance")
+        eos = self.timeline.end_of_speech = end_of_speech
+        pilot_hyp = self.last_pilot.best if self.last_pilot else None
+        decision = None
+        if self.policy is not None and not self.policy.after_decode and pilot_hyp is not None:
+            decision = self._decide(pilot_hyp)
+        cloud_failure = ""
+        if decision is not None and decision.offload:
+            answer = self._offload(decision)
+            if isinstance(answer, AgentResult):
+                return self._done(answer, eos)
+            cloud_failure = answer
+        tokens, hyp, confidence = self._decode_local()
+        if self.policy is not None and decision is None:  # late decision, or no pilot to judge
+            decision = self._decide(hyp)
+            if decision.offload:
+                answer = self._offload(decision)
+                if isinstance(answer, AgentResult):
+                    return self._done(answer, eos)
+                cloud_failure = answer
+        route = "fallback" if cloud_failure else "local"
+        reason = cloud_failure or (decision.reason if decision else "local decode")
+        slu = self.model.read(tokens)
+        result = AgentResult(slu.text, slu.intent, slu.slots, confidence, route, reason, tokens=tuple(tokens))
+        return self._done(result, eos)
+
+    def _decide(self, hypothesis: Hypothesis | None) -> Decision:
+        start = self.clock.now()
+        decision = self.policy.decide(hypothesis)
+        self.timeline.add("offramp", start, self.clock.now(), offload=decision.offload, reason=decision.reason)
+        return decision
+
+    def _offload(self, decision: Decision) -> AgentResult | str:
+        """The cloud's result, or why there is none (the caller falls back to the local decode)."""
+        if self.cloud is None:
+            return "offload wanted, but no cloud is configured"
+        start = self.clock.now()
+        waveform = np.concatenate(self.audio)
+        pilot_slu = self.model.read(self.last_pilot.best.tokens) if self.last_pilot and self.last_pilot.best else None
+        outcome = self.cloud.understand(waveform, SAMPLE_RATE, self.utterance_id, pilot=pilot_slu,
+                                        deadline_s=self.options.cloud_deadline_s)
+        self.timeline.add("cloud", start, self.clock.now(), ok=outcome.ok, attempts=outcome.attempts,
+                          fallback=outcome.fallback.value if outcome.fallback else "")
+        if not outcome.ok:
+            return f"cloud failed ({outcome.fallback.value}: {outcome.detail})"
+        c = outcome.cloud
+        return AgentResult(c.result.text, c.result.intent, c.result.slots, c.confidence, "cloud",
+                           f"{decision.reason}; answered by {c.model_id}")
+
+    def _decode_local(self) -> tuple[list[int], Hypothesis | None, float]:
+        start = self.clock.now()
+        encoded = self.stream.encode()
+        self.timeline.add("encode", start, self.clock.now(), frames=int(encoded.size(0)))
+        start = self.clock.now()
+        if self.options.decoder == "pilot":
+            reference = self.last_pilot.as_reference() if self.last_pilot else None
+            result = self.model.search.search(encoded, self.options.final_search, reference)
+            best = result.best
+            tokens = list(best.tokens) if best else []
+            confidence = _confidence(best)
+            info = dict(steps=result.stats.steps, collapsed=result.stats.collapsed_steps,
+                        leaps=result.stats.leap_scorings, early_stop=result.stats.early_stop)
+        else:
+            tokens, confidence = self.model.espnet_decode(self.espnet_search, encoded)
+            best, info = None, {}
+        self.timeline.add("decode", start, self.clock.now(), tokens=len(tokens), **info)
+        return tokens, best, confidence
+
+    def _done(self, result: AgentResult, eos: float) -> AgentResult:
+        now = self.timeline.result_at = self.clock.now()
+        pilot_text = self.model.read(self.last_pilot.best.tokens).text if self.last_pilot and self.last_pilot.best else ""
+        return replace(result, latency=now - eos, audio_seconds=self.seconds, pilots=self.pilots,
+                       timings=self.timings(eos), timeline=self.timeline, pilot_text=pilot_text)
+
+    def timings(self, eos: float) -> dict[str, float]:
+        t = self.timeline
+        return {
+            "ingest": t.busy("ingest"),  # all chunk work (frontend + streaming encoder blocks)
+            "pilots": t.busy("pilot") + t.busy("pilot_abandoned"),
+            "ingest_after_eos": t.busy("ingest", eos),  # chunks still queued at end of speech
+            "pilot_after_eos": t.busy("pilot_abandoned", eos) + t.busy("pilot", eos),  # until abandoned
+            "offramp": t.busy("offramp"),
+            "encode_after_eos": t.busy("encode", eos),
+            "decode_after_eos": t.busy("decode", eos),
+            "cloud": t.busy("cloud"),
+        }
+
+
+def _confidence(hypothesis: Hypothesis | None) -> float:
+    if hypothesis is None or not hypothesis.token_att:
+        return 0.0
+    return math.exp(sum(hypothesis.token_att) / len(hypothesis.token_att))
+
+
+class DeviceAgent:
+    """The live agent: feed chunks as they arrive, call end() at end of speech.
+
+    >>> agent = DeviceAgent(DeviceModel.from_folder("models/device"))
+    >>> for chunk in microphone_chunks(): agent.feed(chunk)
+    >>> result = agent.end()
+    """
+
+    def __init__(self, model: DeviceModel, options: AgentOptions = AgentOptions(),
+                 policy: Policy | None = None, cloud: Any = None):
+        self.model = model
+        self.options = options
+        self.policy = policy
+        self.cloud = cloud
+        self.espnet_search = _espnet_search(model, options)
+        self._session: Session | None = None
+
+    def start(self, utterance_id: str = "") -> None:
+        """Begin an utterance (feed() starts one by itself)."""
+        self._session = Session(self.model, self.options, Clock(), self.policy, self.cloud,
+                                self.espnet_search, utterance_id)
+        self._queue: queue.Queue = queue.Queue()
+        self._ended = threading.Event()
+        self._result: AgentResult | BaseException | None = None
+        self._worker = threading.Thread(target=self._work, name="pasu-agent", daemon=True)
+        self._worker.start()
+
+    def feed(self, chunk: np.ndarray) -> None:
+        """Queue 16 kHz mono float32 audio; raises AudioError at once for NaN/Inf samples."""
+        chunk = np.asarray(chunk, dtype=np.float32).reshape(-1)
+        check_finite(chunk, "chunk")
+        if self._session is None:
+            self.start()
+        self._queue.put(chunk)
+
+    @property
+    def seconds(self) -> float:
+        """Audio seconds ingested so far in this utterance."""
+        return self._session.seconds if self._session else 0.0
+
+    def partial(self) -> str:
+        """The latest pilot's transcript ('' before the first pilot)."""
+        s = self._session
+        return s.model.read(s.last_pilot.best.tokens).text if s and s.last_pilot and s.last_pilot.best else ""
+
+    def end(self) -> AgentResult:
+        """End of speech: finish the utterance and return its one result."""
+        if self._session is None:
+            raise AudioError("end() before any audio was fed")
+        self._end_of_speech = self._session.clock.now()
+        self._ended.set()
+        self._queue.put(None)
+        self._worker.join()
+        result, self._session = self._result, None
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _work(self) -> None:
+        session = self._session
+        try:
+            while (chunk := self._queue.get()) is not None:
+                session.ingest(chunk)
+                while self._queue.empty() and not self._ended.is_set() and session.pilot_due():
+                    session.run_pilot(self._ended.is_set)
+            self._result = session.finish(self._end_of_speech)
+        except BaseException as error:  # handed to end(), which raises it in the caller's thread
+            self._result = error
+
+
+def replay(model: DeviceModel, audio: np.ndarray, options: AgentOptions = AgentOptions(),
+           policy: Policy | None = None, cloud: Any = None, espnet_search: Any = None,
+           utterance_id: str = "") -> AgentResult:
+    """Run one utterance on the virtual clock (see the module doc); the end of speech is the end of `audio`."""
+    if espnet_search is None:
+        espnet_search = _espnet_search(model, options)
+    clock = VirtualClock()
+    session = Session(model, options, clock, policy, cloud, espnet_search, utterance_id)
+    pieces = chunks(np.asarray(audio, dtype=np.float32), options.chunk_seconds)
+    due = np.cumsum([len(p) for p in pieces]) / SAMPLE_RATE
+    end_of_speech = float(due[-1]) if len(due) else 0.0
+    k = 0
+    while k < len(pieces):
+        clock.wait_until(due[k])
+        while k < len(pieces) and due[k] <= clock.now():
+            session.ingest(pieces[k])
+            k += 1
+        if k < len(pieces) and due[k] > clock.now() and session.pilot_due():
+            session.run_pilot(lambda: clock.now() > end_of_speech)
+    clock.wait_until(end_of_speech)
+    return session.finish(end_of_speech)
+
+
+def play_realtime(agent: DeviceAgent, audio: np.ndarray, utterance_id: str = "") -> AgentResult:
+    """Feed `audio` at real-time pace (chunk k at its due time), then end(): what a microphone would do."""
+    agent.start(utterance_id)
+    t0 = time.perf_counter()
+    elapsed = 0.0
+    for piece in chunks(np.asarray(audio, dtype=np.float32), agent.options.chunk_seconds):
+        elapsed += len(piece) / SAMPLE_RATE
+        delay = t0 + elapsed - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        agent.feed(piece)
+    return agent.end()
+
+
+def _espnet_search(model: DeviceModel, options: AgentOptions) -> Any:
+    if options.decoder == "pilot":
+        return None
+    o = options.final_search
+    return model.espnet_search(o.beam_size, o.ctc_weight, batch=options.decoder == "espnet_batch")

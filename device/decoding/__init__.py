@@ -1,0 +1,1 @@
+"""Pilot-assisted hybrid CTC/attention beam search (Wang & Lin, Sec. 4)."""

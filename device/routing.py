@@ -1,0 +1,95 @@
+"""Where an utterance is finished: on the device or in the cloud (Wang & Lin, Sec. 5).
+
+A policy decides at end of speech from the last pilot's best hypothesis (the earliest moment offloading can
+pay off), or, for the late-decision baseline, from the full local decode's. Offramps score a hypothesis
+(higher: less likely right); a threshold turns the score into a decision.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+from pasu.device.decoding.search import Hypothesis
+
+
+@dataclass(frozen=True)
+class Decision:
+    offload: bool
+    score: float | None  # the offramp's score (None for policies without one)
+    reason: str  # shown in results and logs
+
+
+class Policy(Protocol):
+    name: str
+    after_decode: bool  # decide on the full local decode's hypothesis instead of the last pilot's
+
+    def decide(self, hypothesis: Hypothesis | None) -> Decision: ...
+
+
+class Offramp(Protocol):
+    def score(self, hypothesis: Hypothesis) -> float:
+        """Higher means the local result is more likely wrong."""
+        ...
+
+
+class PerplexityOfframp:
+    """exp(-1/l * sum log p(y_i | y_<i)) of the attention decoder over the hypothesis (<eos> included)."""
+
+    def score(self, hypothesis: Hypothesis) -> float:
+        logps = hypothesis.token_att
+        if not logps:
+            return math.inf
+        return math.exp(-sum(logps) / len(logps))
+
+
+@dataclass(frozen=True)
+class OnDevice:
+    name: str = "OnDevice"
+    after_decode: bool = False
+
+    def decide(self, hypothesis: Hypothesis | None) -> Decision:
+        return Decision(False, None, "on-device policy")
+
+
+@dataclass(frozen=True)
+class AllOffload:
+    name: str = "AllOffload"
+    after_decode: bool = False
+
+    def decide(self, hypothesis: Hypothesis | None) -> Decision:
+        return Decision(True, None, "all-offload policy")
+
+
+class NaiveHybrid:
+    """Offloads each utterance with a fixed probability, whatever the device thinks."""
+
+    after_decode = False
+
+    def __init__(self, probability: float, seed: int = 0):
+        self.probability = probability
+        self.name = f"NaiveHybrid(p={probability:.2f})"
+        self._rng = random.Random(seed)
+
+    def decide(self, hypothesis: Hypothesis | None) -> Decision:
+        draw = self._rng.random()
+        return Decision(draw < self.probability, draw, f"random draw {draw:.2f} vs {self.probability:.2f}")
+
+
+@dataclass(frozen=True)
+class OfframpPolicy:
+    """Offload when the offramp's score exceeds the threshold."""
+
+    offramp: Offramp
+    threshold: float
+    name: str = "Ours-PPL"
+    after_decode: bool = False
+
+    def decide(self, hypothesis: Hypothesis | None) -> Decision:
+        if hypothesis is None:
+            return Decision(True, None, "no hypothesis to judge")
+        score = self.offramp.score(hypothesis)
+        verdict = ">" if score > self.threshold else "<="
+        return Decision(score > self.threshold, score, f"{self.name} score {score:.3g} {verdict} {self.threshold:.3g}")
