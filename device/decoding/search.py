@@ -46,6 +46,9 @@ class SearchOptions:
     max_tokens: int | None = None  # pilots: stop after this many tokens, keeping unfinished hypotheses;
     # None: up to the frame count with ESPnet's end detection and <eos> forced at the last step
     beam_collapse: bool = False  # keep only the best hypothesis while it agrees with the reference
+    collapse_match: str = "prefix"  # "prefix": the best hypothesis equals the reference so far; "token":
+    # only its latest token equals the reference's at that position (the paper's literal rule: also
+    # collapses after a substituted token, but can follow a path the vanilla search would have dropped)
     early_termination: bool = False  # stop at the length predicted from the reference
     length_margin: int = 5  # C in n = T_full / T_ref * n_ref + C
     ctc_leap: bool = False  # reuse the reference search's CTC forward variables
@@ -149,7 +152,8 @@ class _Run:
         self.T = encoded.size(0)
         self.ctc = CtcPrefixScorer(owner.ctc.log_softmax(self.memory)[0], owner.blank, owner.eos)
         self.reference = reference
-        self.maxlen = options.max_tokens if options.max_tokens is not None else self.T
+        # CTC cannot emit more tokens than there are frames (and its scorer indexes frame L for L tokens).
+        self.maxlen = self.T if options.max_tokens is None else min(options.max_tokens, self.T)
         self.predicted_length = self._predicted_length()
         self.leap_frame = self._leap_frame()
         self.cache: PrefixCache | None = {} if options.record_ctc else None
@@ -234,7 +238,11 @@ class _Run:
         if not self.o.beam_collapse or ref is None or not new or self.i >= len(ref.tokens):
             return False
         best = new[0]
-        return not best.ended and best.tokens[self.i] == ref.tokens[self.i]
+        if best.ended:
+            return False
+        if self.o.collapse_match == "token":
+            return best.tokens[self.i] == ref.tokens[self.i]
+        return best.tokens == ref.tokens[: self.i + 1]
 
     # ---- CTC ------------------------------------------------------------------------------------------
     def _ctc_scores(

@@ -1,0 +1,116 @@
+"""The device agent end to end: virtual-clock replay, the live feed/end API, routing to a real cloud server."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pasu.cloud.config import ServerConfig
+from pasu.cloud.server import ServerThread
+from pasu.device.agent import AgentOptions, DeviceAgent, PilotOptions, Session, VirtualClock, play_realtime, replay
+from pasu.device.audio import AudioError
+from pasu.device.cloud_client import CloudClient
+from pasu.device.decoding.search import SearchOptions
+from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, PerplexityOfframp
+from pasu.device.timeline import Timeline, plot_timeline
+
+NO_PILOTS = AgentOptions(pilot=PilotOptions(enabled=False), final_search=SearchOptions())
+
+
+def test_replay_runs_pilots_during_ingestion_and_times_what_follows_end_of_speech(tiny_model, speech_like, tmp_path):
+    result = replay(tiny_model, speech_like(2.8, seed=1), AgentOptions(pilot=PilotOptions(interval_seconds=0.5)))
+    assert result.pilots >= 2
+    assert result.route == "local" and result.latency > 0
+    kinds = {e.kind for e in result.timeline.events}
+    assert {"ingest", "pilot", "encode", "decode"} <= kinds
+    pilots = [e for e in result.timeline.events if e.kind == "pilot"]
+    assert all(p.start >= 1.5 for p in pilots)  # no pilot before T_s of audio has arrived
+    assert result.timeline.end_of_speech == pytest.approx(2.8, abs=0.01)
+    assert result.latency == pytest.approx(result.timeline.result_at - result.timeline.end_of_speech)
+    result.timeline.save(tmp_path / "t.json")
+    again = Timeline.load(tmp_path / "t.json")
+    assert again.events == result.timeline.events
+    assert plot_timeline(again, tmp_path / "t.png").stat().st_size > 1000
+
+
+def test_without_pilots_our_search_answers_as_espnets(tiny_model, speech_like):
+    wave = speech_like(1.4, seed=2)
+    ours = replay(tiny_model, wave, NO_PILOTS)
+    espnet = replay(tiny_model, wave, AgentOptions(pilot=PilotOptions(enabled=False), decoder="espnet_batch"))
+    assert ours.tokens == espnet.tokens and ours.text == espnet.text
+
+
+def test_live_agent_gives_the_replay_answer(tiny_model, speech_like):
+    wave = speech_like(1.2, seed=3)
+    agent = DeviceAgent(tiny_model, NO_PILOTS)
+    for i in range(0, len(wave), 1600):
+        agent.feed(wave[i : i + 1600])
+    live = agent.end()
+    assert live.tokens == replay(tiny_model, wave, NO_PILOTS).tokens
+    assert live.audio_seconds == pytest.approx(1.2)
+
+
+def test_realtime_pacing_with_pilots_returns_one_result(tiny_model, speech_like):
+    agent = DeviceAgent(tiny_model, AgentOptions(pilot=PilotOptions(start_seconds=0.5, interval_seconds=0.3)))
+    result = play_realtime(agent, speech_like(1.2, seed=4))
+    assert result.pilots >= 1
+    assert result.timeline.end_of_speech == pytest.approx(1.2, abs=0.3)
+
+
+def test_a_pilot_overtaken_by_end_of_speech_is_abandoned(tiny_model, speech_like):
+    session = Session(tiny_model, AgentOptions(), VirtualClock())
+    session.ingest(speech_like(2.0, seed=5))
+    session.run_pilot(lambda: True)
+    assert session.last_pilot is None and session.pilots == 0
+    assert [e.kind for e in session.timeline.events][-1] == "pilot_abandoned"
+
+
+def test_bad_audio_gets_a_clear_error(tiny_model):
+    agent = DeviceAgent(tiny_model, NO_PILOTS)
+    with pytest.raises(AudioError, match="before any audio"):
+        agent.end()
+    with pytest.raises(AudioError, match="NaN"):
+        agent.feed(np.array([0.0, np.nan], dtype=np.float32))
+    agent.feed(np.zeros(800, dtype=np.float32))
+    with pytest.raises(AudioError, match="too short"):
+        agent.end()
+    with pytest.raises(AudioError, match="zero samples"):
+        replay(tiny_model, np.zeros(0, dtype=np.float32), NO_PILOTS)
+
+
+@pytest.fixture(scope="module")
+def cloud(cloud_support):
+    server = ServerThread(cloud_support.tiny_recognizer("cloud-tiny"), ServerConfig(port=0, metrics_port=None))
+    server.start()
+    client = CloudClient(f"127.0.0.1:{server.port}", deadline_s=5.0)
+    yield server, client
+    client.close()
+    server.stop(grace=0)
+
+
+def test_offloaded_utterances_are_answered_by_the_cloud(tiny_model, speech_like, cloud):
+    _, client = cloud
+    result = replay(tiny_model, speech_like(2.2, seed=6), AgentOptions(), policy=AllOffload(), cloud=client)
+    assert result.route == "cloud" and "cloud-tiny" in result.reason
+    assert [e.kind for e in result.timeline.events if e.kind in ("cloud", "decode")] == ["cloud"]
+
+
+def test_a_low_threshold_offloads_and_a_high_one_keeps_it_local(tiny_model, speech_like, cloud):
+    _, client = cloud
+    wave = speech_like(2.2, seed=7)
+    low = replay(tiny_model, wave, AgentOptions(), OfframpPolicy(PerplexityOfframp(), 0.0), client)
+    high = replay(tiny_model, wave, AgentOptions(), OfframpPolicy(PerplexityOfframp(), 1e9), client)
+    assert low.route == "cloud" and high.route == "local"
+    assert "score" in high.reason
+
+
+def test_an_unreachable_cloud_falls_back_to_the_local_answer(tiny_model, speech_like):
+    client = CloudClient("127.0.0.1:9", deadline_s=0.5)  # nothing listens on the discard port
+    try:
+        result = replay(tiny_model, speech_like(1.0, seed=8), NO_PILOTS, policy=AllOffload(), cloud=client)
+    finally:
+        client.close()
+    assert result.route == "fallback" and "unavailable" in result.reason
+    assert result.tokens  # the local decode answered
+    on_device = replay(tiny_model, speech_like(1.0, seed=8), NO_PILOTS, policy=OnDevice())
+    assert on_device.route == "local" and on_device.tokens == result.tokens

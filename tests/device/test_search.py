@@ -1,0 +1,112 @@
+"""The pilot-assisted beam search against ESPnet's own, with each speed-up on its own and together."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pasu.device.decoding.search import Reference, SearchAborted, SearchOptions
+
+SECONDS = (1.0, 1.2, 1.4, 1.6)
+
+
+@pytest.fixture(scope="module")
+def encoded(tiny_model, speech_like):
+    """Encoder outputs (T, D) of four utterances of different lengths."""
+    out = []
+    with torch.inference_mode():
+        for seed, seconds in enumerate(SECONDS):
+            wave = torch.from_numpy(speech_like(seconds, seed)).unsqueeze(0)
+            enc, lengths = tiny_model.model.encode(wave, torch.tensor([wave.size(1)]))
+            out.append(enc[0, : int(lengths[0])])
+    return out
+
+
+@pytest.fixture(scope="module")
+def vanilla(tiny_model, encoded):
+    return [tiny_model.search.search(enc) for enc in encoded]
+
+
+def _same_or_better(result, reference_result) -> bool:
+    """Same answer as vanilla, or one the model scores strictly higher (a hypothesis vanilla's beam lost)."""
+    best, ref = result.best, reference_result.best
+    return best.tokens == ref.tokens or best.score > ref.score + 1e-4
+
+
+def test_with_speedups_off_it_is_espnets_batch_beam_search(tiny_model, encoded, vanilla):
+    espnet = tiny_model.espnet_search(beam_size=5, ctc_weight=0.3, batch=True)
+    for enc, ours in zip(encoded, vanilla):
+        with torch.inference_mode():  # ESPnet scores the inference-mode encoder output
+            hyps = espnet(x=enc, maxlenratio=0.0, minlenratio=0.0)
+        assert [int(t) for t in hyps[0].yseq[1:-1]] == list(ours.best.tokens)
+        assert float(hyps[0].score) == pytest.approx(ours.best.score, abs=1e-4)
+        assert [round(float(h.score), 3) for h in hyps[:5]] == [round(h.score, 3) for h in ours.hypotheses[:5]]
+
+
+def test_beam_collapse_with_the_right_reference_follows_it(tiny_model, encoded, vanilla):
+    for enc, v in zip(encoded, vanilla):
+        result = tiny_model.search.search(enc, SearchOptions(beam_collapse=True), Reference(v.best.tokens, len(enc)))
+        assert _same_or_better(result, v)
+        assert result.stats.collapsed_steps >= len(v.best.tokens) // 2
+        assert result.stats.ctc_frames < v.stats.ctc_frames  # the point: less CTC work
+
+
+def test_beam_collapse_recovers_from_a_wrong_reference(tiny_model, encoded, vanilla):
+    vocab = len(tiny_model.token_list)
+    for enc, v in zip(encoded, vanilla):
+        wrong = list(v.best.tokens)
+        wrong[2] = (wrong[2] + 7) % (vocab - 2) + 1  # diverges at the third token
+        result = tiny_model.search.search(enc, SearchOptions(beam_collapse=True), Reference(tuple(wrong), len(enc)))
+        assert result.stats.collapsed_steps <= 2  # followed it only while it was right
+        assert _same_or_better(result, v)
+
+
+def test_early_termination_keeps_the_answer_when_the_prediction_is_long_enough(tiny_model, encoded, vanilla):
+    for enc, v in zip(encoded, vanilla):
+        # A reference as long as vanilla's answer over the whole input predicts at least its length.
+        options = SearchOptions(early_termination=True, length_margin=0)
+        result = tiny_model.search.search(enc, options, Reference(v.best.tokens, len(enc)))
+        assert result.best.tokens == v.best.tokens
+        assert result.stats.steps <= v.stats.steps
+
+
+def test_early_termination_stops_at_the_predicted_length(tiny_model, encoded, vanilla):
+    enc, v = encoded[-1], vanilla[-1]
+    short = Reference(v.best.tokens[:4], len(enc))  # predicts 4 + margin tokens
+    result = tiny_model.search.search(enc, SearchOptions(early_termination=True, length_margin=2), short)
+    assert result.stats.early_stop
+    assert result.stats.steps < v.stats.steps
+    assert result.best.ended
+
+
+def test_ctc_leap_over_unchanged_frames_returns_the_vanilla_answer(tiny_model, encoded, vanilla):
+    vocab = len(tiny_model.token_list)
+    for enc, v in zip(encoded, vanilla):
+        pilot_frames = int(0.7 * len(enc))  # the pilot saw a prefix of the same encoder output
+        pilot = tiny_model.search.search(
+            enc[:pilot_frames], SearchOptions(beam_size=3, max_tokens=15, pre_beam_size=vocab, record_ctc=True)
+        )
+        result = tiny_model.search.search(enc, SearchOptions(ctc_leap=True), pilot.as_reference())
+        assert result.stats.leap_scorings > 0
+        assert result.best.tokens == v.best.tokens
+        assert result.best.score == pytest.approx(v.best.score, abs=1e-3)
+        assert result.stats.ctc_frames < v.stats.ctc_frames
+
+
+def test_a_capped_pilot_offers_unfinished_hypotheses(tiny_model, encoded):
+    result = tiny_model.search.search(encoded[0], SearchOptions(beam_size=3, max_tokens=4))
+    assert result.stats.steps == 4
+    assert all(len(h.tokens) <= 4 for h in result.hypotheses)
+    assert result.best is not None and len(result.best.token_att) == len(result.best.token_ctc)
+
+
+def test_a_search_can_be_abandoned_between_steps(tiny_model, encoded):
+    calls = []
+
+    def abort_on_third_poll() -> bool:
+        calls.append(1)
+        return len(calls) >= 3
+
+    with pytest.raises(SearchAborted):
+        tiny_model.search.search(encoded[0], SearchOptions(), should_abort=abort_on_third_poll)
+    assert len(calls) == 3
