@@ -20,12 +20,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
-
-from pasu.device.audio import SAMPLE_RATE, AudioError, check_finite, check_length, chunks
-from pasu.device.decoding.search import Hypothesis, SearchAborted, SearchOptions, SearchResult
+from pasu.device.audio import (
+    SAMPLE_RATE,
+    AudioError,
+    check_finite,
+    check_length,
+    chunks,
+)
+from pasu.device.decoding.search import (
+    Hypothesis,
+    SearchAborted,
+    SearchOptions,
+    SearchResult,
+)
 from pasu.device.routing import Decision, Policy
 from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline
+
 from pasu.metrics import SluResult
 
 Decoder = Literal["pilot", "espnet_batch", "espnet_beam"]
@@ -219,8 +230,8 @@ class Session:
             best = result.best
             tokens = list(best.tokens) if best else []
             confidence = _confidence(best)
-            info = dict(steps=result.stats.steps, collapsed=result.stats.collapsed_steps,
-                        leaps=result.stats.leap_scorings, early_stop=result.stats.early_stop)
+            info = {"steps": result.stats.steps, "collapsed": result.stats.collapsed_steps,
+                    "leaps": result.stats.leap_scorings, "early_stop": result.stats.early_stop}
         else:
             tokens, confidence = self.model.espnet_decode(self.espnet_search, encoded)
             best, info = None, {}

@@ -65,5 +65,5 @@ def check_length(num_samples: int, sample_rate: int = SAMPLE_RATE, source: str =
 
 def chunks(samples: np.ndarray, chunk_seconds: float, sample_rate: int = SAMPLE_RATE) -> list[np.ndarray]:
     """Consecutive chunks of `chunk_seconds` (the last may be shorter)."""
-    size = max(int(round(chunk_seconds * sample_rate)), 1)
+    size = max(round(chunk_seconds * sample_rate), 1)
     return [samples[i : i + size] for i in range(0, len(samples), size)]

@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 import grpc
 import numpy as np
+from pasu.protos import slu_pb2, slu_pb2_grpc
 
 from pasu.metrics import SluResult
-from pasu.protos import slu_pb2, slu_pb2_grpc
 from pasu.slu import Slot
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class ClientTls:
     server_name: str | None = None  # name to verify in the server certificate instead of the target host
 
     def credentials(self) -> grpc.ChannelCredentials:
-        read = lambda path: Path(path).read_bytes() if path else None  # noqa: E731
+        read = lambda path: Path(path).read_bytes() if path else None
         return grpc.ssl_channel_credentials(root_certificates=read(self.root_ca), private_key=read(self.key),
                                             certificate_chain=read(self.cert))
 

@@ -12,9 +12,11 @@ from typing import Protocol
 
 import numpy as np
 import torch
-
 from pasu.models.frontend import StreamingFrontend
-from pasu.models.late_context_encoder import SUBSAMPLING_RECEPTIVE_FIELD, LateContextEncoder
+from pasu.models.late_context_encoder import (
+    SUBSAMPLING_RECEPTIVE_FIELD,
+    LateContextEncoder,
+)
 
 
 class EncoderStream(Protocol):

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from pasu.device.decoding.search import BeamSearch
 from pasu.device.encoding import EncoderStream, open_stream
-from pasu.metrics import SluResult
 from pasu.models.recognizer import DecodingOptions, banned_token_ids, espnet_beam_search
 from pasu.models.targets import decode_target
+
+from pasu.metrics import SluResult
 
 
 class DeviceModel:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-
 from pasu.device.decoding.ctc_prefix import (
     LOGZERO,
     CandidateForward,
@@ -180,7 +179,7 @@ class _Run:
 
     # ---- one step -------------------------------------------------------------------------------------
     def step(self) -> None:
-        i, hyps = self.i, self.running
+        hyps = self.running
         n = len(hyps)
         ys = torch.tensor([[self.s.sos, *h.tokens] for h in hyps], dtype=torch.long)
         att, dec_states = self.s.decoder.batch_score(

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from pasu.cloud.config import ServerConfig
 from pasu.cloud.server import ServerThread
-from pasu.device.agent import AgentOptions, DeviceAgent, PilotOptions, Session, VirtualClock, play_realtime, replay
+from pasu.device.agent import (
+    AgentOptions,
+    DeviceAgent,
+    PilotOptions,
+    Session,
+    VirtualClock,
+    play_realtime,
+    replay,
+)
 from pasu.device.audio import AudioError
 from pasu.device.cloud_client import CloudClient
 from pasu.device.decoding.search import SearchOptions

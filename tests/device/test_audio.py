@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import soundfile as sf
-
 from pasu.device.audio import AudioError, check_length, load_audio, prepare
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from pasu.cloud.config import ServerConfig, TlsConfig
 from pasu.cloud.server import ServerThread
 from pasu.device.cloud_client import (
@@ -22,8 +21,9 @@ from pasu.device.cloud_client import (
     channel_target,
     encode_audio,
 )
-from pasu.metrics import SluResult
 from pasu.protos import slu_pb2
+
+from pasu.metrics import SluResult
 from pasu.slu import Slot
 
 

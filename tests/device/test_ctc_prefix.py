@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from espnet.nets.ctc_prefix_score import CTCPrefixScoreTH
 from pasu.device.decoding.ctc_prefix import CtcPrefixScorer, LeapStart
 
@@ -33,7 +32,7 @@ def test_second_token_scores_equal_espnet():
 
     theirs = CTCPrefixScoreTH(logp.unsqueeze(0).clone(), torch.tensor([25]), 0, eos)
     _, state = theirs([torch.tensor([eos])], None, first)
-    r_e, log_psi, f_min, f_max, idmap = state
+    r_e, log_psi, f_min, f_max, _ = state
     state = (r_e[:, :, 0, 0].unsqueeze(2), log_psi[0, 4].view(1), f_min, f_max)
     espnet_inc, _ = theirs([torch.tensor([eos, 4])], state, ids)
     assert torch.allclose(psi[0] - log_psi[0, 4], espnet_inc[0, ids[0]], atol=1e-4)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 from pasu.device.encoding import LateContextStream, RecomputeStream, open_stream
 
 

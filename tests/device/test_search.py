@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from pasu.device.decoding.search import Reference, SearchAborted, SearchOptions
 
 SECONDS = (1.0, 1.2, 1.4, 1.6)
