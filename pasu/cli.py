@@ -15,9 +15,10 @@ def _registrars() -> list[Register]:
     from pasu.bench.cli import register as bench
     from pasu.cloud.cli import register as cloud
     from pasu.corpus.cli import register as corpus
+    from pasu.device.offramp_cli import register as offramp
     from pasu.models.cli import register as models
 
-    return [corpus, models, cloud, bench]
+    return [corpus, models, offramp, cloud, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

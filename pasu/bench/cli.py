@@ -17,4 +17,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _registrars() -> list:
-    return []
+    from pasu.bench.hybrid import register as hybrid
+
+    return [hybrid]

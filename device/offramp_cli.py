@@ -1,0 +1,105 @@
+"""`pasu offramp train`: replay a packaged device model on dev, fit the BiLSTM offramp, calibrate both offramps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from pasu.models.data import Utterance, dev_subset, load_split, read_audio
+
+from pasu.metrics import word_edits
+
+DEFAULT_CORPUS = "data/corpus-full"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("offramp", help="train and calibrate the device's offloading offramps",
+                            description="Offramps decide at end of speech whether the device offloads.")
+    commands = parser.add_subparsers(dest="offramp_command", metavar="COMMAND", required=True)
+    train = commands.add_parser(
+        "train", help="fit the BiLSTM offramp on dev replays and calibrate PPL and BiLSTM thresholds",
+        description="Replays the agent over a corpus split (cached), fits the BiLSTM to predict local WER > 0.1, "
+                    "and writes bilstm.pt, bilstm.json and offramp.json (thresholds) to MODEL/offramp/.",
+        epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud")
+    train.add_argument("model", type=Path, help="packaged device model folder (pasu package)")
+    train.add_argument("--corpus", type=Path, default=Path(DEFAULT_CORPUS), help="corpus folder with the manifests")
+    train.add_argument("--split", default="dev", help="manifest to train and calibrate on (default: dev)")
+    train.add_argument("--limit", type=int, default=0, help="a fixed random subset of this many utterances (0: all)")
+    train.add_argument("--out", type=Path, help="output folder (default: MODEL/offramp)")
+    train.add_argument("--cache", type=Path, help="replay cache (default: OUT/replays-SPLIT.jsonl)")
+    train.add_argument("--cloud-model", type=Path,
+                       help="cloud model folder: decode the split with it to calibrate WER targets as well")
+    train.add_argument("--epochs", type=int, default=60, help="BiLSTM training epochs")
+    train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
+    train.set_defaults(run=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from pasu.device.offramp_train import (
+        OFFRAMP_DIR,
+        OfframpTrainOptions,
+        fit_offramps,
+        save_offramps,
+    )
+
+    logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
+    torch.set_num_threads(args.threads)
+    out = args.out or args.model / OFFRAMP_DIR
+    utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
+    samples = collect_split(args.model, args.corpus, args.split, utterances, args.cache or out / f"replays-{args.split}.jsonl")
+    cloud_edits = cloud_word_edits(args.cloud_model, utterances) if args.cloud_model else None
+    options = OfframpTrainOptions()
+    options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs))
+    bilstm, report = fit_offramps(samples, options, cloud_edits)
+    report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
+                   "cloud_model": str(args.cloud_model) if args.cloud_model else None})
+    save_offramps(out, bilstm, report)
+    print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
+    for name in ("ppl", "bilstm"):
+        print(f"{name}: {json.dumps(report[name]['selectivity'])}")
+        for level, cal in report[name]["levels"].items():
+            print(f"  Offload-{level}: threshold {cal['threshold']:.4g} -> offload {cal['offload_ratio']:.1%}")
+    print(f"wrote {out}")
+    return 0
+
+
+def collect_split(model_folder: Path, corpus: Path, split: str, utterances: Sequence[Utterance], cache: Path) -> list:
+    """Replays of `utterances` by the device model, from the cache when it holds exactly these."""
+    from pasu.device.agent import AgentOptions
+    from pasu.device.offramp_data import cache_key, collect, load_or_collect
+    from pasu.device.runtime import DeviceModel
+
+    model = DeviceModel.from_folder(model_folder)
+    options = AgentOptions()
+    key = cache_key(model.model_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options)
+    return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
+
+
+def cloud_word_edits(folder: Path, utterances: Sequence[Utterance]) -> list[int]:
+    """Word edits of the cloud model's transcripts (decoded here, offline: accuracy needs no network)."""
+    from pasu.models.recognizer import EspnetRecognizer
+
+    recognizer = EspnetRecognizer.from_folder(folder)
+    progress = progress_printer("cloud decode")
+    edits = []
+    for i, utt in enumerate(utterances):
+        edits.append(word_edits(utt.text, recognizer.recognize_batch([read_audio(utt.audio)])[0].text))
+        progress(i + 1, len(utterances))
+    return edits
+
+
+def progress_printer(label: str):
+    """A progress callback that prints every 25 items to stderr."""
+
+    def report(done: int, total: int) -> None:
+        if done == total or done % 25 == 0:
+            print(f"{label}: {done}/{total}", file=sys.stderr, flush=True)
+
+    return report

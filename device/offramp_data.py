@@ -1,0 +1,212 @@
+"""What offramps learn from and benchmarks combine: one replay of the agent per utterance, cached as JSONL.
+
+For each utterance the agent runs on the virtual clock with a probe policy that never offloads. The probe sees
+exactly the hypothesis an early offloading decision judges (the last pilot's best, or the full decode's when no
+pilot finished), and when; a recorder around the model's search keeps the full decode's best hypothesis (what
+a late decision judges). With the final local answer scored against the reference, this is everything needed
+to train an offramp and to price any policy and threshold without replaying again (Wang & Lin, Sec. 6/7.4).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pasu.device.agent import AgentOptions, replay
+from pasu.device.decoding.search import Hypothesis
+from pasu.device.routing import Decision
+from pasu.device.runtime import DeviceModel
+from pasu.models.data import Utterance, read_audio
+
+from pasu.metrics import SluResult, utterance_wer, word_edits
+from pasu.slu import Slot
+
+log = logging.getLogger(__name__)
+
+BAD_WER = 0.1  # the paper's offramp label: local WER above this is "wrong"
+DEFAULT_OPTIONS = AgentOptions()  # the agent as it ships
+
+
+@dataclass(frozen=True)
+class HypothesisFeatures:
+    """The per-token evidence an offramp reads, detached from the search's tensors."""
+
+    tokens: tuple[int, ...]  # without <sos>/<eos>
+    token_att: tuple[float, ...]  # attention-decoder log-probability per token (<eos> included when ended)
+    token_ctc: tuple[float, ...]  # CTC prefix-score increment per token
+    ended: bool  # reached <eos> (pilots stopped by the token cap have not)
+
+    @classmethod
+    def of(cls, hypothesis: Hypothesis) -> HypothesisFeatures:
+        return cls(tuple(hypothesis.tokens), tuple(map(float, hypothesis.token_att)),
+                   tuple(map(float, hypothesis.token_ctc)), bool(hypothesis.ended))
+
+    def hypothesis(self) -> Hypothesis:
+        """A Hypothesis carrying these features, for any `Offramp.score`."""
+        return Hypothesis(self.tokens, 0.0, self.ended, self.token_att, self.token_ctc)
+
+
+@dataclass(frozen=True)
+class OfframpSample:
+    """One utterance: its reference, the device's answer and timing, and the hypotheses a policy judges."""
+
+    id: str
+    duration: float  # audio seconds
+    reference: SluResult  # gold transcript, intent, slots
+    local: SluResult  # the device's final answer
+    local_edits: int  # word edits of the local transcript against the reference
+    ref_words: int  # reference words (corpus WER denominators)
+    local_latency: float  # seconds from end of speech to the local answer
+    decision_at: float  # seconds from end of speech to the end of the early decision (offload starts here)
+    pilots: int  # pilots that finished before end of speech
+    early: HypothesisFeatures | None  # what the early decision judged (None: nothing to judge)
+    final: HypothesisFeatures | None  # the full local decode's best hypothesis (what a late decision judges)
+    pilot_text: str = ""  # the last pilot's transcript, for reading reports
+    extra: dict[str, Any] = field(default_factory=dict)  # stage timings etc.
+
+    @property
+    def local_wer(self) -> float:
+        return utterance_wer(self.reference.text, self.local.text)
+
+    @property
+    def bad(self) -> bool:
+        """The offramp's training label: local WER above BAD_WER."""
+        return self.local_wer > BAD_WER
+
+
+class _Probe:
+    """A policy that records what it is asked to judge and when, and never offloads."""
+
+    name = "probe"
+    after_decode = False
+
+    def __init__(self) -> None:
+        self.seen: list[Hypothesis | None] = []
+
+    def decide(self, hypothesis: Hypothesis | None) -> Decision:
+        self.seen.append(hypothesis)
+        return Decision(False, None, "probe: recording the offramp's input")
+
+
+class _RecordingSearch:
+    """Wraps the model's beam search and keeps the best hypothesis of the last search that finished."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.last: Hypothesis | None = None
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.inner.search(*args, **kwargs)
+        self.last = result.best
+        return result
+
+
+@contextmanager
+def _recording(model: DeviceModel) -> Iterator[_RecordingSearch]:
+    recorder = _RecordingSearch(model.search)
+    model.search = recorder
+    try:
+        yield recorder
+    finally:
+        model.search = recorder.inner
+
+
+def replay_sample(model: DeviceModel, utterance: Utterance, options: AgentOptions = DEFAULT_OPTIONS) -> OfframpSample:
+    """Replay one utterance locally and record what every policy needs."""
+    audio = read_audio(utterance.audio)
+    probe = _Probe()
+    with _recording(model) as recorder:
+        result = replay(model, audio, options, policy=probe, utterance_id=utterance.id)
+    decision_at = _decision_time(result)
+    reference = SluResult(utterance.text, utterance.intent, tuple(utterance.slots or ()))
+    local = SluResult(result.text, result.intent, tuple(result.slots))
+    early = probe.seen[0] if probe.seen else None
+    return OfframpSample(
+        id=utterance.id, duration=utterance.duration, reference=reference, local=local,
+        local_edits=word_edits(reference.text, local.text), ref_words=max(len(reference.text.split()), 1),
+        local_latency=result.latency, decision_at=decision_at if decision_at is not None else result.latency,
+        pilots=result.pilots, early=HypothesisFeatures.of(early) if early else None,
+        final=HypothesisFeatures.of(recorder.last) if recorder.last else None, pilot_text=result.pilot_text,
+        extra={"timings": result.timings})
+
+
+def _decision_time(result: Any) -> float | None:
+    """Seconds after end of speech at which the (first) offramp event ended."""
+    timeline = result.timeline
+    for event in timeline.events:
+        if event.kind == "offramp":
+            return max(event.end - timeline.end_of_speech, 0.0)
+    return None
+
+
+def collect(model: DeviceModel, utterances: Sequence[Utterance], options: AgentOptions = DEFAULT_OPTIONS,
+            progress: Callable[[int, int], None] | None = None) -> list[OfframpSample]:
+    """Replay every utterance (one at a time, as a device would)."""
+    samples = []
+    for i, utterance in enumerate(utterances):
+        samples.append(replay_sample(model, utterance, options))
+        if progress:
+            progress(i + 1, len(utterances))
+    return samples
+
+
+# ---- cache ---------------------------------------------------------------------------------------------
+
+
+def save_samples(path: str | Path, samples: Sequence[OfframpSample], key: dict[str, Any]) -> Path:
+    """JSONL: a header line with the cache key, then one sample per line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"key": key})] + [json.dumps(asdict(s)) for s in samples]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)  # atomic: a killed run never leaves half a cache behind
+    return path
+
+
+def load_samples(path: str | Path, key: dict[str, Any] | None = None) -> list[OfframpSample] | None:
+    """The cached samples, or None when the file is missing or was made for another key."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    if not lines or (key is not None and json.loads(lines[0]).get("key") != key):
+        return None
+    return [_sample_from_dict(json.loads(line)) for line in lines[1:] if line.strip()]
+
+
+def load_or_collect(path: str | Path, key: dict[str, Any], make: Callable[[], list[OfframpSample]]) -> list[OfframpSample]:
+    """Samples from the cache when its key matches, else made and cached."""
+    cached = load_samples(path, key)
+    if cached is not None:
+        log.info("offramp data: %d utterances from %s", len(cached), path)
+        return cached
+    samples = make()
+    save_samples(path, samples, key)
+    return samples
+
+
+def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: AgentOptions) -> dict[str, Any]:
+    """What makes two collections interchangeable: the model, the utterances and the agent's settings."""
+    return {"model": model_id, "manifest": str(Path(manifest).resolve()), "ids": list(ids),
+            "options": json.loads(json.dumps(asdict(options), default=str))}
+
+
+def _slu(raw: dict[str, Any]) -> SluResult:
+    return SluResult(raw["text"], raw["intent"], tuple(Slot(*s) for s in raw["slots"]))
+
+
+def _features(raw: dict[str, Any] | None) -> HypothesisFeatures | None:
+    if raw is None:
+        return None
+    return HypothesisFeatures(tuple(raw["tokens"]), tuple(raw["token_att"]), tuple(raw["token_ctc"]), raw["ended"])
+
+
+def _sample_from_dict(raw: dict[str, Any]) -> OfframpSample:
+    return OfframpSample(**{**raw, "reference": _slu(raw["reference"]), "local": _slu(raw["local"]),
+                            "early": _features(raw["early"]), "final": _features(raw["final"])})

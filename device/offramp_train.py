@@ -1,0 +1,141 @@
+"""Fit and calibrate the offramps of a packaged device model; the result lives in MODEL/offramp/.
+
+Thresholds are set on out-of-fold BiLSTM scores (k-fold cross-fitting on the dev replays): scores of a network
+on its own training data are over-confident, and thresholds placed on them would offload less than asked on new
+data. The network that ships is then fitted on every dev replay. Perplexity needs no training, only thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pasu.device.bilstm_offramp import (
+    BiLstmOfframp,
+    TrainOptions,
+    parameter_count,
+    token_features,
+    train,
+    training_set,
+)
+from pasu.device.calibration import (
+    OFFLOAD_LEVELS,
+    Calibration,
+    for_ratio,
+    for_wer,
+    offload_curve,
+    selectivity,
+    wer_targets,
+)
+from pasu.device.offramp_data import OfframpSample
+from pasu.device.routing import PerplexityOfframp
+from sklearn.model_selection import KFold, StratifiedKFold
+
+log = logging.getLogger(__name__)
+
+OFFRAMP_DIR = "offramp"  # inside the packaged model folder
+THRESHOLDS = "offramp.json"
+
+
+@dataclass(frozen=True)
+class OfframpTrainOptions:
+    """What `pasu offramp train` does besides replaying."""
+
+    bilstm: TrainOptions = field(default_factory=TrainOptions)  # fitting the network
+    folds: int = 5  # cross-fitting folds for the out-of-fold scores the thresholds are placed on
+    levels: tuple[tuple[str, float], ...] = tuple(OFFLOAD_LEVELS.items())  # (name, offload ratio) to calibrate
+
+
+def ppl_scores(samples: Sequence[OfframpSample], late: bool = False) -> np.ndarray:
+    """Perplexity of each sample's early (or, `late`, full-decode) hypothesis; inf when there is none."""
+    offramp = PerplexityOfframp()
+    hyps = [s.final if late else s.early for s in samples]
+    return np.array([offramp.score(h.hypothesis()) if h else np.inf for h in hyps])
+
+
+def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options: OfframpTrainOptions) -> np.ndarray:
+    """BiLSTM scores of each sample from a network that never saw it."""
+    minority = int(min(labels.sum(), len(labels) - labels.sum()))
+    folds = min(options.folds, len(labels))
+    if folds < 2:
+        raise ValueError("cross-fitting needs at least two samples")
+    splitter = StratifiedKFold(folds, shuffle=True, random_state=options.bilstm.seed) if minority >= folds else \
+        KFold(folds, shuffle=True, random_state=options.bilstm.seed)  # too few of one class to stratify
+    scores = np.zeros(len(labels))
+    for fit, held in splitter.split(np.zeros(len(labels)), labels):
+        offramp = train([sequences[i] for i in fit], labels[fit], options.bilstm)
+        scores[held] = offramp.probabilities([sequences[i] for i in held])
+    return scores
+
+
+def calibrate(name: str, scores: np.ndarray, samples: Sequence[OfframpSample], levels: Sequence[tuple[str, float]],
+              cloud_edits: Sequence[int] | None) -> dict[str, Any]:
+    """Thresholds for each offload level and, with cloud edits, for WER targets between device and cloud."""
+    labels = [s.bad for s in samples]
+    local = [s.local_edits for s in samples]
+    words = [s.ref_words for s in samples]
+    curve = offload_curve(scores, local, cloud_edits, words) if cloud_edits is not None else offload_curve(scores)
+    result: dict[str, Any] = {"selectivity": selectivity(scores, labels),
+                              "levels": {lvl: asdict(for_ratio(curve, r)) for lvl, r in levels}}
+    if cloud_edits is not None:
+        total = float(sum(words))
+        targets = wer_targets(sum(local) / total, sum(cloud_edits) / total)
+        found: list[Calibration | None] = [for_wer(curve, t) for t in targets]
+        result["wer_targets"] = {f"{t:g}": asdict(c) if c else None for t, c in zip(targets, found)}
+    log.info("%s offramp: %s", name, json.dumps(result["selectivity"]))
+    return result
+
+
+def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions = OfframpTrainOptions(),
+                 cloud_edits: Sequence[int] | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
+    """The BiLSTM fitted on every sample, and the report with both offramps' calibrated thresholds."""
+    kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
+    if cloud_edits is not None:
+        cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
+    sequences, labels = training_set(kept)
+    oof = out_of_fold_scores(sequences, labels, options)
+    bilstm = train(sequences, labels, options.bilstm)
+    report = {
+        "samples": len(kept), "bad_share": float(labels.mean()),
+        "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm),
+                   **calibrate("BiLSTM", oof, kept, options.levels, cloud_edits)},
+        "ppl": calibrate("PPL", ppl_scores(kept), kept, options.levels, cloud_edits),
+        # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
+        "ppl_late": calibrate("PPL (full decode)", ppl_scores(kept, late=True), kept, options.levels, cloud_edits),
+    }
+    return bilstm, report
+
+
+def save_offramps(folder: str | Path, bilstm: BiLstmOfframp, report: dict[str, Any]) -> Path:
+    """bilstm.pt + bilstm.json (the network) and offramp.json (thresholds, selectivity, training facts)."""
+    folder = bilstm.save(folder)
+    (folder / THRESHOLDS).write_text(json.dumps(report, indent=2))
+    return folder
+
+
+def load_offramps(folder: str | Path) -> tuple[BiLstmOfframp, dict[str, Any]]:
+    folder = Path(folder)
+    if not (folder / THRESHOLDS).is_file():
+        raise FileNotFoundError(f"{folder}: no {THRESHOLDS}; run `pasu offramp train` first")
+    return BiLstmOfframp.load(folder), json.loads((folder / THRESHOLDS).read_text())
+
+
+def threshold(report: dict[str, Any], offramp: str, level: str) -> float:
+    """A calibrated threshold: offramp "ppl", "bilstm" or "ppl_late", level "L"/"M"/"H"."""
+    return float(report[offramp]["levels"][level]["threshold"])
+
+
+def bilstm_scores(bilstm: BiLstmOfframp, samples: Sequence[OfframpSample], late: bool = False) -> np.ndarray:
+    """BiLSTM scores of each sample's early (or, `late`, full-decode) hypothesis; inf when there is none."""
+    hyps = [s.final if late else s.early for s in samples]
+    present = [i for i, h in enumerate(hyps) if h is not None]
+    scores = np.full(len(samples), np.inf)
+    if present:
+        scores[present] = bilstm.probabilities([token_features(hyps[i]) for i in present])
+    return scores
+

@@ -1,0 +1,164 @@
+"""`pasu bench hybrid`: offloading policies on a real cloud server behind emulated networks (Fig. 4, Table 5).
+
+The device model replays the test utterances on the agent's virtual clock once (cached next to the results).
+A real gRPC cloud server (`ServerThread`) hosts the cloud model on loopback; every utterance is then offloaded
+once per network profile through `pasu.netproxy.NetworkProxy`, a user-space TCP proxy that delays, rate-limits
+and loses segments (tc netem needs root and the sch_netem module, which this project's machines lack).
+Policies are priced from these measurements (see pasu.bench.hybrid_eval), decided by the agent's own policy
+objects with the offramp thresholds `pasu offramp train` calibrated on dev.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pasu.bench.hybrid_eval import (
+    CloudCall,
+    Outcome,
+    Scorer,
+    edit_totals,
+    measure_cloud,
+    naive_expected,
+    run_policy,
+    table5,
+    target_checks,
+)
+from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_text
+
+log = logging.getLogger(__name__)
+
+EMULATION = "user-space TCP delay/loss/bandwidth proxy (pasu.netproxy); tc netem is not available here"
+
+
+def register(benches: argparse._SubParsersAction) -> None:
+    parser = benches.add_parser(
+        "hybrid", help="offloading policies vs network: offload ratio, accuracy, latency (Fig. 4, Table 5)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example: pasu bench hybrid models/device --cloud-model models/cloud --utterances 60")
+    parser.add_argument("model", type=Path, help="packaged device model folder, with offramp/ from `pasu offramp train`")
+    parser.add_argument("--cloud-model", type=Path, help="model folder the cloud server hosts (default: the device model)")
+    parser.add_argument("--offramp", type=Path, help="offramp folder (default: MODEL/offramp)")
+    parser.add_argument("--corpus", type=Path, default=Path("data/corpus-full"), help="corpus folder")
+    parser.add_argument("--split", default="test", help="manifest to evaluate on (default: test)")
+    parser.add_argument("--utterances", type=int, default=200, help="a fixed random subset of this many (0: all)")
+    parser.add_argument("--profiles", default="wifi,5g,poor", help="network profiles of pasu.netproxy, comma-separated")
+    parser.add_argument("--deadline", type=float, default=2.0, help="cloud deadline per utterance (s), as the agent's")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
+    parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
+    parser.add_argument("--out", type=Path, default=Path("exp/bench-hybrid"), help="folder for JSON, PNGs, caches")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pasu.device.offramp_cli import collect_split
+    from pasu.device.offramp_train import OFFRAMP_DIR, load_offramps
+    from pasu.models.data import dev_subset, load_split
+
+    logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cloud_model = args.cloud_model or args.model
+    if args.cloud_model is None:
+        print(f"note: no --cloud-model; the cloud hosts the device model ({args.model})", file=sys.stderr)
+    bilstm, report = load_offramps(args.offramp or args.model / OFFRAMP_DIR)
+    utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
+    samples = collect_split(args.model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+    calls, proxies = offload_all(cloud_model, utterances, samples, profiles, args.deadline, args.seed)
+    results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "split": args.split,
+               "utterances": len(samples), "network_emulation": EMULATION, "profiles": {}}
+    print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
+    print(f"network emulation: {EMULATION}")
+    for profile in profiles:
+        result = evaluate_profile(samples, calls[profile], bilstm, report)
+        result["proxy"] = proxies[profile]
+        results["profiles"][profile] = result
+        print_profile(profile, result)
+        plot_fig4([Outcome(**o) for o in result["designs"]], [Outcome(**o) for o in result["naive_line"]],
+                  args.out / f"fig4-{profile}.png", f"{args.split}, {len(samples)} utterances, network {profile}")
+    path = args.out / "hybrid.json"
+    path.write_text(json.dumps(results, indent=2))
+    print(f"wrote {path} and {', '.join(f'fig4-{p}.png' for p in profiles)} in {args.out}")
+    return 0
+
+
+def offload_all(cloud_model: Path, utterances: list, samples: list, profiles: list[str], deadline: float,
+                seed: int) -> tuple[dict[str, list[CloudCall]], dict[str, dict[str, Any]]]:
+    """Every utterance offloaded once per profile to a real server on loopback, through the network proxy."""
+    from pasu.cloud.config import ServerConfig
+    from pasu.cloud.server import ServerThread
+    from pasu.device.audio import SAMPLE_RATE
+    from pasu.device.cloud_client import CloudClient
+    from pasu.device.offramp_cli import progress_printer
+    from pasu.models.data import read_audio
+    from pasu.models.recognizer import EspnetRecognizer
+    from pasu.netproxy import NetworkProxy
+
+    audio = {u.id: read_audio(u.audio) for u in utterances}
+    calls, proxies = {}, {}
+    with ServerThread(EspnetRecognizer.from_folder(cloud_model), ServerConfig(port=0, metrics_port=None)) as server:
+        for profile in profiles:
+            with NetworkProxy(f"127.0.0.1:{server.port}", profile, seed=seed) as proxy, \
+                    CloudClient(proxy.address, deadline_s=deadline) as client:
+                first = samples[0]  # warm-up: the agent's channel is set up once, not per utterance
+                client.understand(audio[first.id], SAMPLE_RATE, first.id)
+                understand = lambda s: client.understand(audio[s.id], SAMPLE_RATE, s.id)
+                calls[profile] = measure_cloud(understand, samples, progress_printer(f"cloud via {profile}"))
+                proxies[profile] = {**asdict(proxy.profile), "stats": asdict(proxy.stats)}
+    return calls, proxies
+
+
+def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report: dict[str, Any]) -> dict[str, Any]:
+    """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network."""
+    from pasu.device.offramp_train import threshold
+    from pasu.device.routing import (
+        AllOffload,
+        OfframpPolicy,
+        OnDevice,
+        PerplexityOfframp,
+    )
+
+    ppl = PerplexityOfframp()
+    on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
+    all_offload = run_policy(AllOffload(), samples, calls)
+    designs = [on_device, all_offload]
+    for level in ("L", "M", "H"):
+        for key, offramp, name, late in (("ppl", ppl, "Ours-PPL", False), ("bilstm", bilstm, "Ours-BiLSTM", False),
+                                         ("ppl_late", ppl, "Late-PPL", True)):
+            t = threshold(report, key, level)
+            designs.append(run_policy(OfframpPolicy(offramp, t, f"{name}-{level}", late), samples, calls, t))
+    totals = tuple(x.sum() for x in edit_totals(samples, calls))
+    naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
+    scorers = [Scorer("Ours-PPL", ppl), Scorer("Ours-BiLSTM", bilstm), Scorer("Late-PPL", ppl, late=True)]
+    t5 = table5(samples, calls, scorers, on_device, all_offload)
+    checks = target_checks(t5, {o.design: o for o in designs}, all_offload)
+    return {"designs": [asdict(o) for o in designs], "naive_line": [asdict(o) for o in naive_line],
+            "table5": {t: {d: asdict(o) if o else None for d, o in row.items()} for t, row in t5.items()},
+            "checks": [{"check": c, "ok": ok} for c, ok in checks],
+            "cloud_failures": sum(not c.ok for c in calls),
+            "cloud_latency": {"mean": float(np.mean([c.latency for c in calls])),
+                              "p90": float(np.percentile([c.latency for c in calls], 90))}}
+
+
+def print_profile(profile: str, result: dict[str, Any]) -> None:
+    cloud = result["cloud_latency"]
+    print(f"\n=== network {profile}: cloud round trip mean {1000 * cloud['mean']:.0f} ms, "
+          f"p90 {1000 * cloud['p90']:.0f} ms, {result['cloud_failures']} failed ===")
+    print("Fig. 4 (designs; Ours-*-L/M/H thresholds calibrated on dev for 25/47/63% offload):")
+    print(designs_table([Outcome(**o) for o in result["designs"]]))
+    table = {t: {d: Outcome(**o) if o else None for d, o in row.items()} for t, row in result["table5"].items()}
+    print("\nTable 5 (least offloading meeting each WER target; thresholds and alpha tuned on these utterances; "
+          "NaiveHybrid in expectation over its draws):")
+    print(table5_text(table))
+    print("\nTargets:")
+    print(checks_text([(c["check"], c["ok"]) for c in result["checks"]]))
+

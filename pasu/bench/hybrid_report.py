@@ -1,0 +1,86 @@
+"""What `pasu bench hybrid` prints and draws: Fig. 4 as a table and a plot per network, Table 5, the targets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pasu.bench.hybrid_eval import Outcome
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.0f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def designs_table(outcomes: Sequence[Outcome]) -> str:
+    """Fig. 4 as numbers: accuracy and latency of every design."""
+    head = f"{'design':<24}{'offload%':>9}{'WER%':>7}{'IC%':>7}{'SLU-F1%':>8}{'mean ms':>9}{'p50 ms':>8}" \
+           f"{'p90 ms':>8}{'RTF':>7}{'fallbk':>7}"
+    lines = [head, "-" * len(head)]
+    for o in outcomes:
+        lines.append(f"{o.design:<24}{_pct(o.offload_ratio):>9}{_pct(o.wer):>7}{_pct(o.intent_accuracy):>7}"
+                     f"{_pct(o.slu_f1):>8}{_ms(o.mean_latency):>9}{_ms(o.p50):>8}{_ms(o.p90):>8}"
+                     f"{o.mean_rtf:>7.3f}{o.fallbacks:>7}")
+    return "\n".join(lines)
+
+
+def table5_text(table: dict[str, dict[str, Outcome | None]]) -> str:
+    """Table 5: per WER target, the offload ratio and mean latency (RTF) each design needs."""
+    if not table:
+        return "(no WER target: the cloud is not more accurate than the device on these utterances)"
+    designs = list(next(iter(table.values())))
+    head = f"{'design':<18}" + "".join(f"{'WER<=' + t:>28}" for t in table)
+    sub = f"{'':<18}" + "".join(f"{'offload%  mean ms    RTF':>28}" for _ in table)
+    lines = [head, sub, "-" * len(head)]
+    for d in designs:
+        cells = []
+        for row in table.values():
+            o = row[d]
+            cells.append(f"{'unreachable':>28}" if o is None else
+                         f"{_pct(o.offload_ratio):>12}{_ms(o.mean_latency):>9}{o.mean_rtf:>7.3f}")
+        lines.append(f"{d:<18}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def checks_text(checks: Sequence[tuple[str, bool | None]]) -> str:
+    mark = {True: "PASS", False: "FAIL", None: "n/a "}
+    return "\n".join(f"  [{mark[ok]}] {text}" for text, ok in checks)
+
+
+def plot_fig4(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str | Path, title: str) -> Path:
+    """Latency vs WER and vs intent accuracy; NaiveHybrid as the dashed interpolation, as in the paper."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, metric, label in ((axes[0], "wer", "WER (%)"), (axes[1], "intent_accuracy", "intent accuracy (%)")):
+        ax.plot([1000 * o.mean_latency for o in naive], [100 * getattr(o, metric) for o in naive], "k--",
+                lw=1, label="NaiveHybrid")
+        for o in outcomes:
+            ax.scatter(1000 * o.mean_latency, 100 * getattr(o, metric), marker=_marker(o.design), s=40)
+            ax.annotate(o.design, (1000 * o.mean_latency, 100 * getattr(o, metric)), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("mean user-perceived latency (ms)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="best", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _marker(design: str) -> str:
+    if design.startswith("Late"):
+        return "x"
+    if "BiLSTM" in design:
+        return "s"
+    return "o" if design.startswith("Ours") else "D"

@@ -1,0 +1,90 @@
+"""`pasu bench hybrid`: pricing policies from local replays and cloud calls, and a run through server and proxy."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from pasu.device.bilstm_offramp import TrainOptions
+from pasu.device.offramp_data import HypothesisFeatures, OfframpSample, collect
+from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
+from pasu.models.data import Utterance
+
+from pasu.bench.hybrid import evaluate_profile, offload_all
+from pasu.bench.hybrid_eval import CloudCall, combine, table5
+from pasu.metrics import SluResult
+
+REF = SluResult("wake me up at five", "alarm_set")
+WRONG = SluResult("play the radio", "play_radio")
+
+
+def sample(i: int, bad: bool) -> OfframpSample:
+    att = (-0.1, -4.0, -4.0, -0.1) if bad else (-0.1, -0.1, -0.1, -0.1)
+    features = HypothesisFeatures((1, 2, 3), att, att, True)
+    return OfframpSample(f"u{i}", 2.0, REF, WRONG if bad else REF, 5 if bad else 0, 5, local_latency=0.2,
+                         decision_at=0.01, pilots=1, early=features, final=features)
+
+
+def test_routes_are_priced_as_the_agent_would_take_them():
+    samples = [sample(0, True), sample(1, True), sample(2, False)]
+    calls = [CloudCall(True, 0.1, REF), CloudCall(False, 0.5, None, "deadline"), CloudCall(True, 0.1, REF)]
+    offload, cost = np.array([True, True, False]), np.zeros(3)
+    early = combine("early", samples, calls, offload, late=False, cost=cost)
+    late = combine("late", samples, calls, offload, late=True, cost=cost)
+    assert early.offload_ratio == pytest.approx(2 / 3) and early.fallbacks == 1
+    assert early.wer == pytest.approx(5 / 15)  # the failed offload falls back to the wrong local answer
+    assert early.mean_latency == pytest.approx(((0.01 + 0.1) + (0.2 + 0.5) + 0.2) / 3)
+    assert late.mean_latency == pytest.approx(((0.2 + 0.1) + (0.2 + 0.5) + 0.2) / 3)
+
+
+def test_table5_offramps_offload_only_the_bad_utterances_naive_hybrid_more():
+    from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
+
+    from pasu.bench.hybrid_eval import Scorer, run_policy
+
+    samples = [sample(i, bad=i % 4 == 0) for i in range(8)]
+    calls = [CloudCall(True, 0.1, REF)] * 8
+    on_device, all_offload = run_policy(OnDevice(), samples, calls), run_policy(AllOffload(), samples, calls)
+    table = table5(samples, calls, [Scorer("Ours-PPL", PerplexityOfframp())], on_device, all_offload, count=2)
+    assert len(table) == 2
+    for row in table.values():
+        assert row["Ours-PPL"].offload_ratio <= 0.25 < row["NaiveHybrid"].offload_ratio
+
+
+def _support():
+    name = "pasu_tests_cloud_support"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "cloud" / "support.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
+    from pasu.device.runtime import DeviceModel
+
+    support = _support()
+    model, tokenizer = support.tiny_parts()
+    device = DeviceModel(model, tokenizer.token_list, tokenizer.decode, "tiny-untrained")
+    utterances = []
+    for i, seconds in enumerate((1.8, 1.0)):
+        path = tmp_path / f"u{i}.flac"
+        sf.write(path, support.waveform(seconds, seed=i), 16000, subtype="PCM_16")
+        utterances.append(Utterance(f"u{i}", path, seconds, "", REF.text, REF.intent, ()))
+    samples = collect(device, utterances)
+    calls, proxies = offload_all(support.write_model_folder(tmp_path / "cloud"), utterances, samples, ["wifi"],
+                                 deadline=10.0, seed=0)
+    assert [c.ok for c in calls["wifi"]] == [True, True]
+    assert proxies["wifi"]["rtt_ms"] == 10 and proxies["wifi"]["stats"]["bytes_up"] > 2.8 * 16000 * 2
+    bilstm, report = fit_offramps([sample(i, i % 2 == 0) for i in range(12)],
+                                  OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=2))
+    result = evaluate_profile(samples, calls["wifi"], bilstm, report)
+    designs = {d["design"]: d for d in result["designs"]}
+    assert designs["Ours-NoOffload"]["offload_ratio"] == 0.0 and designs["AllOffload"]["offload_ratio"] == 1.0
+    assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Late-PPL-M"} <= designs.keys()
+    assert len(result["naive_line"]) == 11 and result["cloud_failures"] == 0

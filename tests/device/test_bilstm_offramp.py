@@ -1,0 +1,63 @@
+"""The BiLSTM offramp: size, features, training on a separable split, save/load, the Offramp protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+from pasu.device.bilstm_offramp import (
+    LOGP_FLOOR,
+    BiLstmNet,
+    BiLstmOfframp,
+    TrainOptions,
+    parameter_count,
+    token_features,
+    train,
+)
+from pasu.device.decoding.search import Hypothesis
+from pasu.device.routing import OfframpPolicy
+
+
+def sequences(n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Confident sequences (labels 0) and ones with a run of unlikely tokens (labels 1), random lengths."""
+    rng = np.random.default_rng(seed)
+    seqs, labels = [], []
+    for i in range(n):
+        length = int(rng.integers(4, 14))
+        x = -rng.exponential(0.2, size=(length, 2))
+        if i % 2:
+            start = int(rng.integers(0, length - 2))
+            x[start:start + 3] -= rng.uniform(3, 6, size=(3, 2))
+        seqs.append(x.astype(np.float32))
+        labels.append(float(i % 2))
+    return seqs, np.array(labels, dtype=np.float32)
+
+
+def test_the_network_has_about_eleven_thousand_parameters():
+    assert 10_500 <= parameter_count(BiLstmNet()) <= 11_600
+
+
+def test_features_pair_attention_and_ctc_and_clip_impossible_tokens():
+    hyp = Hypothesis((1, 2), 0.0, True, token_att=(-0.1, -2.0, -1e10), token_ctc=(-0.5, float("-inf"), -0.2))
+    x = token_features(hyp)
+    assert x.shape == (3, 2)
+    assert x[0].tolist() == [np.float32(-0.1), np.float32(-0.5)]
+    assert x[1, 1] == LOGP_FLOOR and x[2, 0] == LOGP_FLOOR
+    assert token_features(Hypothesis((), 0.0, False)).shape == (1, 2)  # nothing decoded yet: one blank step
+
+
+def test_training_separates_runs_of_unlikely_tokens_on_held_out_data(tmp_path):
+    x, y = sequences(80, seed=0)
+    offramp = train(x, y, TrainOptions(epochs=25))
+    held_x, held_y = sequences(40, seed=1)
+    p = offramp.probabilities(held_x)
+    assert np.mean((p > 0.5) == (held_y > 0.5)) >= 0.9
+    loaded = BiLstmOfframp.load(offramp.save(tmp_path / "offramp"))
+    np.testing.assert_allclose(loaded.probabilities(held_x), p, rtol=1e-6)
+
+
+def test_it_drives_an_offramp_policy():
+    x, y = sequences(40, seed=2)
+    offramp = train(x, y, TrainOptions(epochs=25))
+    bad = Hypothesis((1, 2, 3, 4), 0.0, True, token_att=(-0.1, -5.0, -5.5, -6.0, -0.1), token_ctc=(-0.1, -4, -5, -4, -0.1))
+    good = Hypothesis((1, 2, 3, 4), 0.0, True, token_att=(-0.1,) * 5, token_ctc=(-0.05,) * 5)
+    policy = OfframpPolicy(offramp, 0.5, "Ours-BiLSTM")
+    assert policy.decide(bad).offload and not policy.decide(good).offload

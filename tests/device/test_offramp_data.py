@@ -1,0 +1,50 @@
+"""Offramp data: what the early and late decisions judge, the local answer and timing, and the replay cache."""
+
+from __future__ import annotations
+
+import soundfile as sf
+from pasu.device.agent import AgentOptions, replay
+from pasu.device.offramp_data import (
+    cache_key,
+    collect,
+    load_or_collect,
+    load_samples,
+    save_samples,
+)
+from pasu.models.data import Utterance
+
+
+def utterances(tmp_path, speech_like) -> list[Utterance]:
+    rows = []
+    for i, seconds in enumerate((2.6, 1.0)):
+        path = tmp_path / f"u{i}.flac"
+        sf.write(path, speech_like(seconds, seed=20 + i), 16000, subtype="PCM_16")
+        rows.append(Utterance(f"u{i}", path, seconds, "", "set an alarm for seven", "alarm_set", ()))
+    return rows
+
+
+def test_samples_hold_the_pilot_for_the_early_decision_and_the_full_decode_for_the_late_one(tiny_model, speech_like,
+                                                                                              tmp_path):
+    search = tiny_model.search
+    long, short = collect(tiny_model, utterances(tmp_path, speech_like))
+    assert tiny_model.search is search  # the recorder is removed again
+    assert long.pilots >= 1 and long.early is not None and long.final is not None
+    assert long.early.ended is False or len(long.early.token_att) == len(long.early.tokens) + 1
+    assert long.decision_at < long.local_latency  # decided at end of speech, before the full decode
+    assert short.pilots == 0 and short.early == short.final  # no pilot: the agent judges the full decode
+    assert short.decision_at <= short.local_latency + 1e-3
+    audio = sf.read(tmp_path / "u0.flac", dtype="float32")[0]
+    assert long.local.text == replay(tiny_model, audio, AgentOptions()).text
+    assert long.ref_words == 5 and long.local_edits >= 0 and long.bad == (long.local_wer > 0.1)
+
+
+def test_the_cache_round_trips_and_is_ignored_for_another_key(tiny_model, speech_like, tmp_path):
+    utts = utterances(tmp_path, speech_like)[1:]
+    key = cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", [u.id for u in utts], AgentOptions())
+    samples = collect(tiny_model, utts)
+    save_samples(tmp_path / "cache.jsonl", samples, key)
+    assert load_samples(tmp_path / "cache.jsonl", key) == samples
+    assert load_samples(tmp_path / "cache.jsonl", {**key, "ids": ["other"]}) is None
+    calls = []
+    again = load_or_collect(tmp_path / "cache.jsonl", key, lambda: calls.append(1) or [])
+    assert again == samples and not calls

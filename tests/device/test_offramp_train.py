@@ -1,0 +1,59 @@
+"""Offramp training and calibration on a small split: cross-fitted BiLSTM, PPL thresholds, save/load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pasu.device.bilstm_offramp import TrainOptions
+from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
+from pasu.device.offramp_train import (
+    OfframpTrainOptions,
+    fit_offramps,
+    load_offramps,
+    save_offramps,
+    threshold,
+)
+
+from pasu.metrics import SluResult
+
+
+def split(n: int = 60, seed: int = 0) -> list[OfframpSample]:
+    """Half the utterances go wrong locally (4 of 5 words), and their hypotheses hold a run of unlikely tokens."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for i in range(n):
+        bad = i % 2 == 1
+        length = int(rng.integers(5, 12))
+        att = -rng.exponential(0.2, length + 1)
+        if bad:
+            att[1:4] -= rng.uniform(2, 4, 3)
+        features = HypothesisFeatures(tuple(range(length)), tuple(att), tuple(att * 1.5), True)
+        ref = SluResult("set an alarm for seven", "alarm_set")
+        local = SluResult("play some music now seven" if bad else ref.text, "play_music" if bad else "alarm_set")
+        samples.append(OfframpSample(f"u{i}", 2.0, ref, local, 4 if bad else 0, 5, 0.1, 0.02, 1, features, features))
+    return samples
+
+
+def test_training_and_calibration_on_a_small_split(tmp_path):
+    options = OfframpTrainOptions(bilstm=TrainOptions(epochs=15), folds=3)
+    cloud_edits = [0] * 60  # the cloud gets everything right
+    bilstm, report = fit_offramps(split(), options, cloud_edits)
+    assert report["samples"] == 60 and report["bad_share"] == pytest.approx(0.5)
+    assert report["bilstm"]["selectivity"]["roc_auc"] > 0.9  # out-of-fold: the network never saw these
+    assert report["ppl"]["selectivity"]["roc_auc"] > 0.9
+    for name in ("ppl", "bilstm"):
+        for level, ratio in (("L", 0.25), ("M", 0.47), ("H", 0.63)):
+            assert abs(report[name]["levels"][level]["offload_ratio"] - ratio) <= 0.05
+        for target, cal in report[name]["wer_targets"].items():
+            assert cal is not None and cal["wer"] <= float(target) + 1e-9
+            assert cal["offload_ratio"] <= 0.55  # a selective offramp offloads little more than the bad half
+    save_offramps(tmp_path / "offramp", bilstm, report)
+    loaded, loaded_report = load_offramps(tmp_path / "offramp")
+    assert threshold(loaded_report, "bilstm", "M") == threshold(report, "bilstm", "M")
+    held = [s.early.hypothesis() for s in split(6, seed=1)]
+    assert [loaded.score(h) for h in held] == pytest.approx([bilstm.score(h) for h in held])
+
+
+def test_loading_without_training_says_what_to_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="pasu offramp train"):
+        load_offramps(tmp_path)
