@@ -15,10 +15,12 @@ def _registrars() -> list[Register]:
     from pasu.bench.cli import register as bench
     from pasu.cloud.cli import register as cloud
     from pasu.corpus.cli import register as corpus
+    from pasu.demo import register as demo
+    from pasu.device.cli import register as device
     from pasu.device.offramp_cli import register as offramp
     from pasu.models.cli import register as models
 
-    return [corpus, models, offramp, cloud, bench]
+    return [demo, corpus, models, device, offramp, cloud, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,10 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(verbose: bool) -> None:
+    """INFO (DEBUG with -v) on stderr for every command."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # ESPnet's beam search logs every best hypothesis at INFO: that is user speech, which stays out of the
+    # logs unless debug logging is asked for (-v).
+    logging.getLogger("espnet").setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

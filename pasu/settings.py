@@ -17,3 +17,11 @@ def shared_data_dir(override: str | os.PathLike | None = None) -> Path:
     if override is not None:
         return Path(override)
     return Path(os.environ.get(SHARED_DATA_ENV, DEFAULT_SHARED_DATA))
+
+# Trained models the project ships (`pasu package` output folders with their model cards).
+SHIPPED_MODELS = REPO_ROOT / "models" / "shipped"
+
+
+def shipped_model(name: str) -> Path:
+    """The shipped model folder `name` (device, cloud, baseline_branchformer, ...)."""
+    return SHIPPED_MODELS / name

@@ -1,0 +1,173 @@
+"""`pasu device`: run the device agent on a file or the microphone, and draw its timelines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pasu.settings import shipped_model
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    device = sub.add_parser("device", help="run the device agent (pilot decoding, offloading) on audio",
+                            description="The device agent: streaming ingestion, pilot inference while the "
+                                        "user speaks, and at end of speech a local answer or an offload.")
+    commands = device.add_subparsers(dest="device_command", metavar="COMMAND", required=True)
+    _add_run(commands)
+    _add_timeline(commands)
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser(
+        "run", help="understand one audio file (or the microphone) and print the result",
+        epilog="Examples:\n"
+               "  pasu device run --audio sample.wav\n"
+               "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
+               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
+               "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--audio", type=Path, help="audio file (WAV, FLAC, OGG, ...; any rate, mono or stereo)")
+    source.add_argument("--mic", action="store_true", help="live microphone; prints pilot hypotheses as they come")
+    run.add_argument("--model", type=Path, default=shipped_model("device"), help="device model folder")
+    run.add_argument("--realtime", action="store_true",
+                     help="feed the file at real-time pace (default: replay on a virtual clock, same rules)")
+    run.add_argument("--vad", action="store_true", help="end the utterance at the VAD's end of speech")
+    run.add_argument("--tau", type=float, default=1.0, help="seconds of audio between pilots (default 1.0)")
+    run.add_argument("--no-pilots", action="store_true", help="no pilot inference (plain decode at the end)")
+    run.add_argument("--cloud", default=None, help="cloud server address(es), comma separated (host:port)")
+    run.add_argument("--token", default=None, help="bearer token for the cloud server")
+    run.add_argument("--policy", choices=("on-device", "all", "ppl"), default="ppl",
+                     help="offloading policy when --cloud is given (default: ppl)")
+    run.add_argument("--threshold", type=float, default=3.0, help="perplexity above which to offload (ppl)")
+    run.add_argument("--timeline", type=Path, default=None, help="write the event timeline as JSON")
+    run.add_argument("--plot", type=Path, default=None, help="draw the timeline as a PNG")
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.set_defaults(run=_run)
+
+
+def _add_timeline(commands: argparse._SubParsersAction) -> None:
+    timeline = commands.add_parser("timeline", help="draw a timeline JSON (from `run --timeline`) as a PNG",
+                                   epilog="Example: pasu device timeline t.json --out t.png")
+    timeline.add_argument("path", type=Path, help="timeline JSON")
+    timeline.add_argument("--out", type=Path, default=None, help="PNG to write (default: PATH with .png)")
+    timeline.set_defaults(run=_timeline)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from pasu.device.agent import AgentOptions, DeviceAgent, PilotOptions, play_realtime, replay
+    from pasu.device.audio import AudioError, load_audio
+    from pasu.device.runtime import DeviceModel
+
+    if not (args.model / "config.yaml").is_file():
+        print(f"error: no model folder at {args.model} (train one with `pasu train` + `pasu package`)",
+              file=sys.stderr)
+        return 2
+    model = DeviceModel.from_folder(args.model)
+    options = AgentOptions(pilot=replace(PilotOptions(), enabled=not args.no_pilots, interval_seconds=args.tau))
+    policy, cloud = _routing(args)
+    try:
+        if args.mic:
+            result = _from_microphone(DeviceAgent(model, options, policy, cloud), args)
+        else:
+            audio = load_audio(args.audio)
+            if args.vad:
+                audio = _until_end_of_speech(audio)
+            if args.realtime:
+                result = play_realtime(DeviceAgent(model, options, policy, cloud), audio, str(args.audio))
+            else:
+                result = replay(model, audio, options, policy, cloud, utterance_id=str(args.audio))
+    except AudioError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    finally:
+        if cloud is not None:
+            cloud.close()
+    _report(result, args)
+    return 0
+
+
+def _routing(args: argparse.Namespace):
+    from pasu.device.cloud_client import CloudClient
+    from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, PerplexityOfframp
+
+    if args.cloud is None:
+        return None, None
+    cloud = CloudClient(args.cloud.split(","), token=args.token)
+    policy = {"on-device": OnDevice(), "all": AllOffload(),
+              "ppl": OfframpPolicy(PerplexityOfframp(), args.threshold)}[args.policy]
+    return policy, cloud
+
+
+def _until_end_of_speech(audio):
+    """The audio up to where the VAD declares end of speech (all of it when it never does)."""
+    from pasu.device.audio import SAMPLE_RATE
+    from pasu.device.vad import Endpointer
+
+    endpointer = Endpointer()
+    step = SAMPLE_RATE // 10
+    for i in range(0, len(audio), step):
+        if endpointer.accept(audio[i : i + step]):
+            return audio[: i + step]
+    return audio
+
+
+def _from_microphone(agent, args: argparse.Namespace):
+    """Feed the microphone until the VAD says the speaker is done, printing pilot hypotheses on the way."""
+    try:
+        import sounddevice
+    except ImportError:
+        raise SystemExit("error: --mic needs the 'mic' extra: pip install 'pasu[mic]' (sounddevice)") from None
+    import queue
+
+    from pasu.device.audio import SAMPLE_RATE
+    from pasu.device.vad import Endpointer
+
+    chunks: queue.Queue = queue.Queue()
+    endpointer = Endpointer()
+    shown = ""
+    print("listening... (speak; it ends after 0.6 s of silence)", file=sys.stderr)
+    with sounddevice.InputStream(samplerate=SAMPLE_RATE, channels=1, dtype="float32",
+                                 blocksize=SAMPLE_RATE // 10, callback=lambda data, *_: chunks.put(data[:, 0].copy())):
+        while True:
+            chunk = chunks.get()
+            agent.feed(chunk)
+            if agent.partial() != shown:
+                shown = agent.partial()
+                print(f"  pilot @ {agent.seconds:.1f}s: {shown}", file=sys.stderr)
+            if endpointer.accept(chunk):
+                return agent.end()
+
+
+def _report(result, args: argparse.Namespace) -> None:
+    from pasu.device.timeline import plot_timeline
+
+    if args.timeline:
+        result.timeline.save(args.timeline)
+    if args.plot:
+        plot_timeline(result.timeline, args.plot, title=result.text)
+    if args.json:
+        fields = {"text": result.text, "intent": result.intent, "slots": [list(s) for s in result.slots],
+                  "confidence": result.confidence, "route": result.route, "reason": result.reason,
+                  "latency_ms": 1000 * result.latency, "audio_seconds": result.audio_seconds,
+                  "pilots": result.pilots, "pilot_text": result.pilot_text,
+                  "timings_ms": {k: 1000 * v for k, v in result.timings.items()}}
+        print(json.dumps(fields, indent=1))
+        return
+    slots = ", ".join(f"{s[0]}={s[1]}" for s in result.slots) or "-"
+    print(f"transcript : {result.text}\nintent     : {result.intent}\nslots      : {slots}\n"
+          f"confidence : {result.confidence:.2f}\nroute      : {result.route} ({result.reason})\n"
+          f"latency    : {1000 * result.latency:.0f} ms after end of speech "
+          f"({result.audio_seconds:.2f} s of audio, {result.pilots} pilots; last pilot: {result.pilot_text!r})")
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from pasu.device.timeline import Timeline, plot_timeline
+
+    out = plot_timeline(Timeline.load(args.path), args.out or args.path.with_suffix(".png"))
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,223 @@
+"""`pasu bench local`: latency after end of speech and accuracy of local decoding, configuration by configuration.
+
+Every configuration replays the same utterances on the agent's virtual clock (audio due at real-time pace,
+work advancing the clock by its measured compute time, see pasu.device.agent), one after the other in one
+process, so the ratios between them are measured side by side. Rows: ESPnet's own BeamSearch and
+BatchBeamSearch, our pilot-assisted decoding with every optimization, each optimization alone (the paper's
+Fig. 5), the pilot interval tau and incremental vs from-scratch pilots (Table 4), and faster-whisper tiny.en
+(what a user would pick instead). `--check-clock N` replays N utterances both on the virtual clock and at
+real-time pace and prints how far apart the latencies are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from pasu.device.agent import AgentOptions, DeviceAgent, PilotOptions, play_realtime, replay
+from pasu.device.decoding.search import SearchOptions
+from pasu.device.runtime import DeviceModel
+from pasu.metrics import LatencyStats, SluResult, evaluate_slu, mean_rtf
+from pasu.models.data import Utterance, dev_subset, load_split, read_audio
+from pasu.settings import shipped_model
+
+ALL_ON = SearchOptions(beam_size=5, ctc_weight=0.3, beam_collapse=True, early_termination=True, ctc_leap=True)
+PLAIN = SearchOptions(beam_size=5, ctc_weight=0.3)
+NO_PILOT = PilotOptions(enabled=False)
+
+
+def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5)) -> dict[str, AgentOptions]:
+    """Name -> agent options. 'ours' is every optimization at tau = 1 s with incremental pilots."""
+    pilot = PilotOptions(interval_seconds=1.0)
+    configs = {
+        "espnet_beam": AgentOptions(pilot=NO_PILOT, decoder="espnet_beam", final_search=PLAIN),
+        "espnet_batch": AgentOptions(pilot=NO_PILOT, decoder="espnet_batch", final_search=PLAIN),
+        "ours_no_pilot": AgentOptions(pilot=NO_PILOT, final_search=PLAIN),
+        "ours": AgentOptions(pilot=pilot, final_search=ALL_ON),
+        "only_beam_collapse": AgentOptions(pilot=pilot, final_search=replace(PLAIN, beam_collapse=True)),
+        "only_early_termination": AgentOptions(pilot=pilot, final_search=replace(PLAIN, early_termination=True)),
+        "only_ctc_leap": AgentOptions(pilot=pilot, final_search=replace(PLAIN, ctc_leap=True)),
+        "ours_non_incremental": AgentOptions(pilot=replace(pilot, incremental=False), final_search=ALL_ON),
+    }
+    for tau in taus:
+        if tau != 1.0:
+            configs[f"ours_tau_{tau:g}"] = AgentOptions(pilot=replace(pilot, interval_seconds=tau), final_search=ALL_ON)
+    return configs
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration's figures on one model and split."""
+
+    model: str
+    split: str
+    config: str
+    n: int
+    latency_mean_ms: float  # after end of speech
+    latency_p50_ms: float
+    latency_p90_ms: float
+    latency_p99_ms: float
+    rtf: float  # mean over utterances of latency / duration
+    decode_after_eos_ms: float  # mean decode time after end of speech
+    pilots_per_utt: float
+    wer: float
+    intent_accuracy: float | None
+    slu_f1: float | None
+    speedup_vs_beam: float | None = None  # espnet_beam p50 latency / this p50 latency
+    speedup_vs_batch: float | None = None  # espnet_batch p50 latency / this p50 latency
+
+
+def run_config(model: DeviceModel, options: AgentOptions, utterances: list[Utterance], audio: list[np.ndarray],
+               desc: str) -> tuple[list[Any], list[float]]:
+    """Replay every utterance; (results, latencies)."""
+    espnet_search = model.espnet_search(options.final_search.beam_size, options.final_search.ctc_weight,
+                                        batch=options.decoder == "espnet_batch") if options.decoder != "pilot" else None
+    results = []
+    for utt, wave in tqdm(list(zip(utterances, audio)), desc=desc, unit="utt", dynamic_ncols=True, leave=False):
+        results.append(replay(model, wave, options, espnet_search=espnet_search, utterance_id=utt.id))
+    return results, [r.latency for r in results]
+
+
+def summarize(model_name: str, split: str, config: str, utterances: list[Utterance], results: list[Any]) -> Row:
+    refs = [SluResult(u.text, u.intent, u.slots or ()) for u in utterances]
+    scores = evaluate_slu(refs, [SluResult(r.text, r.intent, r.slots) for r in results])
+    lat = LatencyStats.from_seconds([r.latency for r in results])
+    return Row(model_name, split, config, len(results), 1000 * lat.mean, 1000 * lat.p50, 1000 * lat.p90,
+               1000 * lat.p99, mean_rtf([r.latency for r in results], [u.duration for u in utterances]),
+               1000 * float(np.mean([r.timings["decode_after_eos"] for r in results])),
+               float(np.mean([r.pilots for r in results])), scores.wer, scores.intent_accuracy, scores.slu_f1)
+
+
+def whisper_row(split: str, utterances: list[Utterance], audio: list[np.ndarray], threads: int) -> Row:
+    """faster-whisper tiny.en (int8, beam 5) on the whole utterance after end of speech: WER only (no intents)."""
+    from pasu.corpus.tts import load_whisper, normalize_words
+    from pasu.metrics import corpus_wer
+
+    whisper = load_whisper(cpu_threads=threads)
+    whisper.transcribe(audio[0], language="en", beam_size=5)  # warm-up
+    hyps, latencies = [], []
+    for wave in tqdm(audio, desc=f"whisper {split}", unit="utt", dynamic_ncols=True, leave=False):
+        started = time.perf_counter()
+        segments, _ = whisper.transcribe(wave, language="en", beam_size=5, without_timestamps=True,
+                                         condition_on_previous_text=False)
+        hyps.append(" ".join(s.text.strip() for s in segments))
+        latencies.append(time.perf_counter() - started)
+    lat = LatencyStats.from_seconds(latencies)
+    wer = corpus_wer([" ".join(normalize_words(u.text)) for u in utterances],
+                     [" ".join(normalize_words(h)) for h in hyps])
+    return Row("whisper-tiny.en", split, "faster_whisper", len(hyps), 1000 * lat.mean, 1000 * lat.p50,
+               1000 * lat.p90, 1000 * lat.p99, mean_rtf(latencies, [u.duration for u in utterances]),
+               1000 * lat.mean, 0.0, wer, None, None)
+
+
+def with_speedups(rows: list[Row]) -> list[Row]:
+    base = {(r.model, r.split, r.config): r.latency_p50_ms for r in rows}
+    out = []
+    for r in rows:
+        beam, batch = base.get((r.model, r.split, "espnet_beam")), base.get((r.model, r.split, "espnet_batch"))
+        out.append(replace(r, speedup_vs_beam=beam / r.latency_p50_ms if beam else None,
+                           speedup_vs_batch=batch / r.latency_p50_ms if batch else None))
+    return out
+
+
+def format_table(rows: list[Row]) -> str:
+    head = ("model", "split", "config", "n", "mean", "p50", "p90", "p99", "RTF", "decode", "pilots", "WER",
+            "IC", "SLU-F1", "x beam", "x batch")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = (r.model, r.split, r.config, r.n, f"{r.latency_mean_ms:.0f}", f"{r.latency_p50_ms:.0f}",
+                 f"{r.latency_p90_ms:.0f}", f"{r.latency_p99_ms:.0f}", f"{r.rtf:.3f}", f"{r.decode_after_eos_ms:.0f}",
+                 f"{r.pilots_per_utt:.1f}", f"{100 * r.wer:.1f}", _pct(r.intent_accuracy), _pct(r.slu_f1),
+                 _ratio(r.speedup_vs_beam), _ratio(r.speedup_vs_batch))
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n(latencies in ms after end of speech; IC = intent accuracy, %)"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def check_clock(model: DeviceModel, utterances: list[Utterance], audio: list[np.ndarray]) -> dict[str, float]:
+    """Latency of 'ours' on the virtual clock and at real-time pacing, utterance by utterance."""
+    options = configurations()["ours"]
+    agent = DeviceAgent(model, options)
+    virtual, real = [], []
+    for utt, wave in tqdm(list(zip(utterances, audio)), desc="clock check", unit="utt", dynamic_ncols=True):
+        virtual.append(replay(model, wave, options, utterance_id=utt.id).latency)
+        real.append(play_realtime(agent, wave, utt.id).latency)
+    v, r = float(np.mean(virtual)), float(np.mean(real))
+    return {"n": len(virtual), "virtual_mean_ms": 1000 * v, "realtime_mean_ms": 1000 * r,
+            "virtual_p50_ms": 1000 * float(np.median(virtual)), "realtime_p50_ms": 1000 * float(np.median(real)),
+            "relative_difference": abs(v - r) / r}
+
+
+def encoder_ingestion_share(model: DeviceModel, seconds: float) -> float:
+    from pasu.models.flops import ingestion_fraction
+
+    return ingestion_fraction(model.model.encoder, seconds)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "local", help="local decoding: latency after end of speech and accuracy, ours vs ESPnet vs Whisper",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example: pasu bench local --corpus data/corpus-full --utterances 500 "
+               "--models models/shipped/device models/shipped/baseline_branchformer --out bench/local.json")
+    p.add_argument("--corpus", type=Path, required=True, help="corpus folder (test.jsonl, test_unseen.jsonl)")
+    p.add_argument("--models", type=Path, nargs="+", default=[shipped_model("device")], help="model folders")
+    p.add_argument("--splits", nargs="+", default=["test", "test_unseen"])
+    p.add_argument("--utterances", type=int, default=500, help="fixed random subset per split (0: all)")
+    p.add_argument("--configs", nargs="+", default=None, help="subset of configurations (default: all)")
+    p.add_argument("--no-whisper", action="store_true", help="skip the faster-whisper row")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (the device's cores)")
+    p.add_argument("--check-clock", type=int, default=0, metavar="N",
+                   help="also compare virtual-clock and real-time latencies on N utterances")
+    p.add_argument("--out", type=Path, default=Path("bench/local.json"), help="JSON results")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    configs = configurations()
+    if args.configs:
+        configs = {k: configs[k] for k in args.configs}
+    rows: list[Row] = []
+    extra: dict[str, Any] = {}
+    for folder in args.models:
+        model = DeviceModel.from_folder(folder)
+        extra[f"{model.model_id}_ingestion_flops_share_3s"] = encoder_ingestion_share(model, 3.0)
+        for split in args.splits:
+            utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
+            audio = [read_audio(u.audio) for u in utterances]
+            replay(model, audio[0], configs.get("ours", AgentOptions()))  # warm-up: first calls are slow
+            for name, options in configs.items():
+                results, _ = run_config(model, options, utterances, audio, f"{model.model_id} {split} {name}")
+                rows.append(summarize(model.model_id, split, name, utterances, results))
+                print(format_table(with_speedups(rows[-1:])).splitlines()[-2], flush=True)
+            if args.check_clock and split == args.splits[0]:
+                extra[f"{model.model_id}_clock_check"] = check_clock(model, utterances[: args.check_clock],
+                                                                     audio[: args.check_clock])
+    if not args.no_whisper:
+        for split in args.splits:
+            utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
+            rows.append(whisper_row(split, utterances, [read_audio(u.audio) for u in utterances], args.threads))
+    rows = with_speedups(rows)
+    print(format_table(rows))
+    for key, value in extra.items():
+        print(f"{key}: {json.dumps(value) if isinstance(value, dict) else f'{value:.3f}'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"rows": [asdict(r) for r in rows], **extra}, indent=1))
+    print(f"wrote {args.out}")
+    return 0

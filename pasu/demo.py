@@ -1,0 +1,227 @@
+"""`pasu demo`: the whole system on one machine, in one command.
+
+It starts the cloud server on loopback (a real `pasu cloud serve` process), renders sample commands from the
+project's own labelled sentences with espeak-ng (half of them buried in noise, so the offramp has something
+to send to the cloud), feeds each to the device agent at real-time pace, and prints what happened to every
+utterance: transcript, intent, slots, route, latency after end of speech and the pilots in brief. It ends
+with a summary and a picture of one utterance's timeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pasu.settings import REPO_ROOT, shipped_model
+
+SAMPLES = REPO_ROOT / "pasu" / "corpus" / "samples" / "slurp" / "test.jsonl"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    utterances: int = 8  # sample commands to run
+    hard_every: int = 2  # every n-th utterance gets heavy noise (0 dB SNR): the ones to offload
+    voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
+    threshold: float = 3.0  # perplexity of the last pilot above which the device offloads
+    realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
+    seed: int = 0  # noise
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run the hybrid pipeline end to end on generated sample commands",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="Example: pasu demo --utterances 8 --out demo-out")
+    p.add_argument("--model", type=Path, default=shipped_model("device"), help="device model folder")
+    p.add_argument("--cloud-model", type=Path, default=shipped_model("cloud"),
+                   help="cloud model folder (default: the shipped cloud model; the device model if none)")
+    p.add_argument("--utterances", type=int, default=DemoOptions.utterances)
+    p.add_argument("--threshold", type=float, default=DemoOptions.threshold, help="PPL offload threshold")
+    p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
+    p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    options = DemoOptions(utterances=args.utterances, threshold=args.threshold, realtime=not args.fast)
+    for folder in (args.model,):
+        if not (folder / "config.yaml").is_file():
+            print(f"error: no model at {folder}", file=sys.stderr)
+            return 2
+    cloud_model = args.cloud_model if (args.cloud_model / "config.yaml").is_file() else args.model
+    if cloud_model != args.cloud_model:
+        print(f"note: no cloud model at {args.cloud_model}; the cloud serves the device model", file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    samples = make_samples(args.out / "samples", options)
+    with CloudProcess(cloud_model, args.out / "cloud.log") as server:
+        rows = run_agent(args.model, server.address, samples, options)
+    print_table(rows)
+    print_summary(rows)
+    picture = draw_timeline(rows, args.out / "timeline.png")
+    (args.out / "results.json").write_text(json.dumps([_jsonable(r) for r in rows], indent=1))
+    print(f"\nwrote {args.out / 'results.json'} and the timeline picture {picture}")
+    return 0
+
+
+# ---- samples ---------------------------------------------------------------------------------------------
+def make_samples(folder: Path, options: DemoOptions) -> list[dict]:
+    """Render (or reuse) the sample commands: [{id, audio, text, intent, slots, hard}]."""
+    import soundfile as sf
+
+    from pasu.corpus.tts import render, voice_by_id
+    from pasu.slu import parse_annotation
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [json.loads(line) for line in SAMPLES.read_text().splitlines() if line.strip()][: options.utterances]
+    rng = np.random.default_rng(options.seed)
+    voice = voice_by_id(options.voice)
+    samples = []
+    for i, row in enumerate(rows):
+        hard = options.hard_every > 0 and i % options.hard_every == options.hard_every - 1
+        path = folder / f"sample-{i:02d}{'-noisy' if hard else ''}.wav"
+        if not path.exists():
+            audio = render(voice, row["sentence"])
+            if hard:
+                audio = audio + rng.standard_normal(len(audio)).astype(np.float32) * float(np.std(audio))
+            sf.write(path, np.clip(audio, -1, 1), 16000)
+        text, slots = parse_annotation(row["sentence_annotation"])
+        samples.append({"id": path.stem, "audio": path, "text": text, "intent": row["intent"],
+                        "slots": tuple(slots), "hard": hard})
+    return samples
+
+
+# ---- the cloud -------------------------------------------------------------------------------------------
+class CloudProcess:
+    """`pasu cloud serve` on a free loopback port, waited for with the gRPC health service."""
+
+    def __init__(self, model: Path, log_path: Path):
+        self.model, self.log_path = model, log_path
+        self.address = f"127.0.0.1:{_free_port()}"
+
+    def __enter__(self) -> CloudProcess:
+        port = self.address.rsplit(":", 1)[1]
+        self.log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pasu.cli", "cloud", "serve", "--model", str(self.model), "--port", port,
+             "--no-metrics", "--threads", "1"], stdout=self.log, stderr=subprocess.STDOUT)
+        _wait_healthy(self.address, self.process, timeout_s=120)
+        print(f"cloud server up on {self.address} (model {self.model.name}, log {self.log_path})", file=sys.stderr)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the cloud server exited with code {process.returncode}; see its log")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.5)
+    raise RuntimeError(f"the cloud server did not become healthy within {timeout_s:.0f} s")
+
+
+# ---- the device ------------------------------------------------------------------------------------------
+def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoOptions) -> list[dict]:
+    from tqdm import tqdm
+
+    from pasu.device.agent import AgentOptions, DeviceAgent, play_realtime, replay
+    from pasu.device.audio import load_audio
+    from pasu.device.cloud_client import CloudClient
+    from pasu.device.routing import OfframpPolicy, PerplexityOfframp
+    from pasu.device.runtime import DeviceModel
+
+    model = DeviceModel.from_folder(model_dir)
+    policy = OfframpPolicy(PerplexityOfframp(), options.threshold)
+    rows = []
+    with CloudClient(address, deadline_s=5.0) as cloud:
+        agent = DeviceAgent(model, AgentOptions(), policy, cloud)
+        replay(model, load_audio(samples[0]["audio"]), AgentOptions())  # warm-up: first calls are slow
+        for sample in tqdm(samples, desc="utterances (real-time pace)" if options.realtime else "utterances",
+                           unit="utt", file=sys.stderr):
+            audio = load_audio(sample["audio"])
+            if options.realtime:
+                result = play_realtime(agent, audio, sample["id"])
+            else:
+                result = replay(model, audio, AgentOptions(), policy, cloud, utterance_id=sample["id"])
+            rows.append({**sample, "result": result})
+            tqdm.write(f"  {sample['id']}: {result.route:8s} {1000 * result.latency:5.0f} ms  {result.intent}  "
+                       f"| {result.text}", file=sys.stderr)
+    return rows
+
+
+def pilot_brief(result) -> str:
+    """'1.5s:"set my" > 2.5s:"set my alarm"' from the timeline."""
+    parts = [f"{e.info.get('audio', 0):.1f}s:\"{e.info.get('text', '')}\"" for e in result.timeline.events
+             if e.kind == "pilot"]
+    return " > ".join(parts) or "(no pilot)"
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n| utterance | transcript | intent | slots | route | latency (ms) | pilots |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        r = row["result"]
+        slots = ", ".join(f"{t}={v}" for t, v in r.slots) or "-"
+        ok = "ok" if r.intent == row["intent"] else f"want {row['intent']}"
+        print(f"| {row['id']} | {r.text} | {r.intent} ({ok}) | {slots} | {r.route} | {1000 * r.latency:.0f} | "
+              f"{pilot_brief(r)} |")
+
+
+def print_summary(rows: list[dict]) -> None:
+    from pasu.metrics import LatencyStats, SluResult, evaluate_slu
+
+    results = [row["result"] for row in rows]
+    scores = evaluate_slu([SluResult(r["text"], r["intent"], r["slots"]) for r in rows],
+                          [SluResult(r.text, r.intent, r.slots) for r in results])
+    lat = LatencyStats.from_seconds([r.latency for r in results])
+    routes = {k: sum(r.route == k for r in results) for k in ("local", "cloud", "fallback")}
+    print(f"\nsummary: {len(rows)} utterances; intent accuracy {100 * scores.intent_accuracy:.1f}%, "
+          f"WER {100 * scores.wer:.1f}%, SLU-F1 {100 * scores.slu_f1:.1f}%; routes {routes} "
+          f"(offload ratio {routes['cloud'] / len(rows):.2f}); latency after end of speech mean "
+          f"{1000 * lat.mean:.0f} ms, p50 {1000 * lat.p50:.0f} ms, p90 {1000 * lat.p90:.0f} ms")
+
+
+def draw_timeline(rows: list[dict], path: Path) -> Path:
+    """The timeline of the local utterance with the most pilots (else the first)."""
+    from pasu.device.timeline import plot_timeline
+
+    local = [row for row in rows if row["result"].route == "local"] or rows
+    row = max(local, key=lambda r: r["result"].pilots)
+    return plot_timeline(row["result"].timeline, path, title=row["result"].text)
+
+
+def _jsonable(row: dict) -> dict:
+    r = row["result"]
+    return {"id": row["id"], "hard": row["hard"], "reference": {"text": row["text"], "intent": row["intent"],
+                                                               "slots": [list(s) for s in row["slots"]]},
+            "text": r.text, "intent": r.intent, "slots": [list(s) for s in r.slots], "route": r.route,
+            "reason": r.reason, "latency_ms": 1000 * r.latency, "pilots": r.pilots,
+            "timeline": r.timeline.to_dict()}
