@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-batch-wait-ms", type=float, default=None, help="wait for a batch to fill")
     serve.add_argument("--max-queue", type=int, default=None, help="waiting requests before RESOURCE_EXHAUSTED")
     serve.add_argument("--max-audio-seconds", type=float, default=None, help="longest utterance accepted")
+    serve.add_argument("--max-streams-per-client", type=int, default=None,
+                       help="concurrent calls of one client (token, certificate or IP) before RESOURCE_EXHAUSTED")
     serve.add_argument("--tls-cert", default=None, help="server certificate (PEM); needs --tls-key")
     serve.add_argument("--tls-key", default=None, help="server private key (PEM)")
     serve.add_argument("--tls-client-ca", default=None, help="require client certificates signed by this CA")
@@ -63,7 +65,8 @@ def config_from_args(args: argparse.Namespace):
     config = config.replace(
         host=args.host, port=args.port, metrics_port=args.metrics_port, max_batch_size=args.max_batch_size,
         max_batch_wait_ms=args.max_batch_wait_ms, max_queue=args.max_queue,
-        max_audio_seconds=args.max_audio_seconds, auth_token_file=args.token_file, shutdown_grace_s=args.grace,
+        max_audio_seconds=args.max_audio_seconds, max_streams_per_client=args.max_streams_per_client,
+        auth_token_file=args.token_file, shutdown_grace_s=args.grace,
         log_content=args.log_content or None, tls=tls, decoding=decoding)
     if args.no_metrics:
         config = dataclasses.replace(config, metrics_port=None)

@@ -51,6 +51,13 @@ class ServerConfig:
     max_audio_seconds: float = 30.0  # longest utterance accepted (OUT_OF_RANGE beyond); SLURP's are < 20 s
     min_audio_seconds: float = 0.1  # shortest (OUT_OF_RANGE below): the encoder's subsampling needs ~70 ms
     max_concurrent_rpcs: int | None = 256  # gRPC itself refuses RPCs beyond this (streams receiving audio too)
+    # One client's RPCs in progress (client: its token, else its TLS certificate, else its IP; see
+    # cloud/limits.py) beyond which it gets RESOURCE_EXHAUSTED; None: no limit. A device has one or two in
+    # progress; the default leaves room for a gateway or a NAT in front of many, yet one client can never take
+    # more than an eighth of max_concurrent_rpcs.
+    max_streams_per_client: int | None = 32
+    stream_idle_timeout_s: float = 10.0  # a stream silent this long is ended (OUT_OF_RANGE): it holds a slot
+    max_stream_seconds: float = 60.0  # a stream open this long without EndOfAudio is ended (OUT_OF_RANGE)
 
     # Micro-batching and admission control (cloud/batching.py).
     max_batch_size: int = 8  # utterances per recognize_batch call

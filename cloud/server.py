@@ -7,7 +7,8 @@ awaits on one loop; and deadlines, cancellation and graceful stop come from the 
 model runs in one worker thread (torch releases the GIL), so the loop keeps accepting and rejecting while
 a batch decodes.
 
-    CloudServer  = SpeechUnderstandingService (validation, deadlines, responses)
+    CloudServer  = SpeechUnderstandingService (deadlines, stream timeouts, responses)
+                   with validation.py (parsing, audio checks) and limits.py (calls per client)
                  + MicroBatcher (queue bound, batching) around a Recognizer
                  + TokenAuthInterceptor, TLS credentials, health, reflection, ServerMetrics
 """
@@ -18,11 +19,11 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import math
 import signal
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -33,70 +34,24 @@ from grpc_reflection.v1alpha import reflection
 from pasu.cloud.auth import TokenAuthInterceptor
 from pasu.cloud.batching import BatchingOptions, DeadlineExpired, MicroBatcher, QueueFull
 from pasu.cloud.config import ServerConfig
+from pasu.cloud.limits import ClientLimiter, client_key
 from pasu.cloud.metrics import ServerMetrics
+from pasu.cloud.validation import (
+    AudioLimits,
+    RpcFailure,
+    check_duration,
+    check_format,
+    check_metadata,
+    decode_audio,
+    lenient_parser,
+    parsed,
+)
 from pasu.models.recognizer import Recognition, Recognizer
 from pasu.protos import slu_pb2, slu_pb2_grpc
 
 log = logging.getLogger("pasu.cloud")
 
 SERVICE_NAME = slu_pb2.DESCRIPTOR.services_by_name["SpeechUnderstanding"].full_name  # "pasu.v1.SpeechUnderstanding"
-SAMPLE_WIDTH = {slu_pb2.LINEAR16: 2, slu_pb2.FLOAT32: 4}  # bytes per sample of each accepted encoding
-
-
-# --- Validation -----------------------------------------------------------------------------------------
-
-
-class RpcFailure(Exception):
-    """Ends an RPC with `code`; the message goes to the client, so it never holds audio or transcripts."""
-
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class AudioLimits:
-    sample_rate: int  # the model's rate; others are rejected (no resampling on the server)
-    min_seconds: float  # shorter audio gives the encoder no frames
-    max_seconds: float
-
-
-def check_format(encoding: int, sample_rate: int, limits: AudioLimits) -> int:
-    """Bytes per sample of `encoding`; INVALID_ARGUMENT for an unknown encoding or the wrong rate."""
-    if encoding not in SAMPLE_WIDTH:
-        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "audio encoding must be LINEAR16 or FLOAT32")
-    if sample_rate != limits.sample_rate:
-        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
-                         f"sample_rate {sample_rate} Hz is not supported: the model expects {limits.sample_rate} Hz")
-    return SAMPLE_WIDTH[encoding]
-
-
-def check_duration(num_bytes: int, width: int, limits: AudioLimits) -> None:
-    """OUT_OF_RANGE once the audio is longer than allowed (checked as stream chunks arrive, too)."""
-    seconds = num_bytes / width / limits.sample_rate
-    if seconds > limits.max_seconds:
-        raise RpcFailure(grpc.StatusCode.OUT_OF_RANGE,
-                         f"audio is {seconds:.1f} s or more, longer than the {limits.max_seconds:g} s limit")
-
-
-def decode_audio(encoding: int, sample_rate: int, data: bytes, limits: AudioLimits) -> np.ndarray:
-    """Validated float32 waveform in [-1, 1] from wire bytes; RpcFailure says what is wrong."""
-    width = check_format(encoding, sample_rate, limits)
-    if not data:
-        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "empty audio")
-    if len(data) % width:
-        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
-                         f"audio is {len(data)} bytes, not a whole number of {width}-byte samples")
-    check_duration(len(data), width, limits)
-    if len(data) / width / sample_rate < limits.min_seconds:
-        raise RpcFailure(grpc.StatusCode.OUT_OF_RANGE, f"audio is shorter than {limits.min_seconds:g} s")
-    if encoding == slu_pb2.LINEAR16:
-        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
-    waveform = np.frombuffer(data, dtype="<f4").astype(np.float32)
-    if not np.all(np.isfinite(waveform)):
-        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "audio contains NaN or infinite samples")
-    return waveform
 
 
 # --- The service ------------------------------------------------------------------------------------------
@@ -112,11 +67,16 @@ class SpeechUnderstandingService(slu_pb2_grpc.SpeechUnderstandingServicer):
         self.config = config
         self.metrics = metrics
         self.limits = AudioLimits(recognizer.sample_rate, config.min_audio_seconds, config.max_audio_seconds)
+        self.clients = ClientLimiter(config.max_streams_per_client)
+        self._token_auth = bool(config.tokens())
 
     async def Understand(self, request: slu_pb2.UnderstandRequest,
                          context: grpc.aio.ServicerContext) -> slu_pb2.UnderstandResponse:
         call = _Call("Understand", context, self.metrics, self.config.log_content)
         try:
+            call.admit(self.clients, client_key(context, self._token_auth))
+            request = parsed(request)
+            check_metadata(request.metadata)
             audio = request.audio
             waveform = decode_audio(audio.encoding, audio.sample_rate, audio.data, self.limits)
             return await self._understand(waveform, request.metadata, call)
@@ -133,14 +93,18 @@ class SpeechUnderstandingService(slu_pb2_grpc.SpeechUnderstandingServicer):
                                   context: grpc.aio.ServicerContext) -> AsyncIterator[slu_pb2.StreamResponse]:
         call = _Call("StreamingUnderstand", context, self.metrics, self.config.log_content)
         try:
+            call.admit(self.clients, client_key(context, self._token_auth))
             config: slu_pb2.StreamConfig | None = None
             width, chunks, received = 0, [], 0
-            async for message in request_iterator:
+            messages = _timed(request_iterator, self.config.stream_idle_timeout_s, self.config.max_stream_seconds)
+            async for message in messages:
+                message = parsed(message)
                 kind = message.WhichOneof("request")
                 if config is None:
                     if kind != "config":
                         raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a StreamConfig")
                     config = message.config
+                    check_metadata(config.metadata)
                     width = check_format(config.encoding, config.sample_rate, self.limits)  # fail before audio
                 elif kind == "config":
                     raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "StreamConfig sent twice")
@@ -192,12 +156,42 @@ class SpeechUnderstandingService(slu_pb2_grpc.SpeechUnderstandingServicer):
             transcript=result.text,
             intent=result.intent,
             slots=[slu_pb2.Slot(type=s.type, value=s.value) for s in result.slots],
-            confidence=result.confidence,
+            confidence=_unit(result.confidence),
             model_id=self.recognizer.model_id,
             utterance_id=metadata.utterance_id,
             timings=slu_pb2.ServerTimings(queue_ms=outcome.queue_ms, inference_ms=outcome.inference_ms,
                                           total_ms=call.elapsed_ms(), batch_size=outcome.batch_size),
         )
+
+
+async def _timed(messages: AsyncIterator[Any], idle_s: float, total_s: float) -> AsyncIterator[Any]:
+    """`messages`, ended with OUT_OF_RANGE when the client goes quiet for `idle_s` or streams past `total_s`.
+
+    Without this a stream that never sends its config, or never ends, holds a slot of the server (and of its
+    client's limit) until the client's deadline, and a client may set none.
+    """
+    loop = asyncio.get_running_loop()
+    ends_at = loop.time() + total_s
+    iterator = aiter(messages)
+    while True:
+        left = ends_at - loop.time()
+        try:
+            message = await asyncio.wait_for(anext(iterator), min(idle_s, max(left, 0.0)))
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if left <= idle_s:
+                raise RpcFailure(grpc.StatusCode.OUT_OF_RANGE,
+                                 f"stream open longer than the {total_s:g} s limit without EndOfAudio") from None
+            raise RpcFailure(grpc.StatusCode.OUT_OF_RANGE,
+                             f"no stream message for {idle_s:g} s: send audio in real time and end with "
+                             "EndOfAudio") from None
+        yield message
+
+
+def _unit(confidence: float) -> float:
+    """A confidence in [0, 1]: a model that produced NaN (degenerate input) reports 0, not NaN."""
+    return min(max(confidence, 0.0), 1.0) if math.isfinite(confidence) else 0.0
 
 
 class _Call:
@@ -214,7 +208,15 @@ class _Call:
         self.deadline = None if remaining is None else self.started + remaining
         self.fields: dict[str, Any] = {}
         self.content: dict[str, Any] = {}  # user content: logged only with log_content
+        self._admitted: tuple[ClientLimiter, str] | None = None
         metrics.in_flight.inc()
+
+    def admit(self, limiter: ClientLimiter, client: str) -> None:
+        """Count this RPC against its client's limit; RESOURCE_EXHAUSTED when the client is at it."""
+        if not limiter.acquire(client):
+            raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             f"too many concurrent calls from this client (limit {limiter.limit})")
+        self._admitted = (limiter, client)
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0
@@ -226,6 +228,9 @@ class _Call:
         self.code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
 
     def finish(self) -> None:
+        if self._admitted is not None:
+            limiter, client = self._admitted
+            limiter.release(client)
         self.metrics.in_flight.dec()
         seconds = time.perf_counter() - self.started
         self.metrics.request_done(self.method, self.code.name, seconds)
@@ -262,8 +267,7 @@ class CloudServer:
         interceptors = [TokenAuthInterceptor(tokens, on_reject=self._rejected)] if tokens else []
         server = grpc.aio.server(interceptors=interceptors, options=_channel_options(c),
                                  maximum_concurrent_rpcs=c.max_concurrent_rpcs)
-        slu_pb2_grpc.add_SpeechUnderstandingServicer_to_server(
-            SpeechUnderstandingService(self.recognizer, self.batcher, c, self.metrics), server)
+        _add_service(SpeechUnderstandingService(self.recognizer, self.batcher, c, self.metrics), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
         address = f"{c.host}:{c.port}"
@@ -305,6 +309,24 @@ class CloudServer:
     def _rejected(self, method: str) -> None:
         self.metrics.request_done(method.rsplit("/", 1)[-1], grpc.StatusCode.UNAUTHENTICATED.name, 0.0)
         log.info("rpc", extra={"fields": {"method": method.rsplit("/", 1)[-1], "code": "UNAUTHENTICATED"}})
+
+
+def _add_service(service: SpeechUnderstandingService, server: grpc.aio.Server) -> None:
+    """Register the service like the generated `add_SpeechUnderstandingServicer_to_server`, with lenient parsing.
+
+    Request bytes that are not a valid message reach the handler as `Malformed` (INVALID_ARGUMENT) instead of
+    failing in gRPC's deserializer (UNKNOWN, an error traceback in the log, and no metrics).
+    """
+    handlers = {
+        "Understand": grpc.unary_unary_rpc_method_handler(
+            service.Understand, request_deserializer=lenient_parser(slu_pb2.UnderstandRequest),
+            response_serializer=slu_pb2.UnderstandResponse.SerializeToString),
+        "StreamingUnderstand": grpc.stream_stream_rpc_method_handler(
+            service.StreamingUnderstand, request_deserializer=lenient_parser(slu_pb2.StreamRequest),
+            response_serializer=slu_pb2.StreamResponse.SerializeToString),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 def _channel_options(c: ServerConfig) -> list[tuple[str, Any]]:

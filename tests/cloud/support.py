@@ -1,4 +1,5 @@
-"""Shared by the cloud and device tests: a tiny but real ESPnet recognizer, a slow wrapper, audio, certs.
+"""Shared by the cloud and device tests: a tiny but real ESPnet recognizer, a slow wrapper, audio, certs,
+a `pasu cloud serve` process.
 
 Loaded by path (see `load()` in conftest.py and tests/device/test_cloud_client.py): with pytest's
 importlib import mode, test folders are not packages.
@@ -9,10 +10,16 @@ from __future__ import annotations
 import datetime
 import functools
 import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import torch
@@ -168,3 +175,67 @@ def make_pki(folder: Path) -> Pki:
     return Pki(ca=write(folder / "ca.pem", ca), server_cert=write(folder / "server.pem", server),
                server_key=write(folder / "server.key", server_key), client_cert=write(folder / "client.pem", client),
                client_key=write(folder / "client.key", client_key))
+
+
+# --- A server process -------------------------------------------------------------------------------------
+
+
+class CliServer:
+    """`pasu cloud serve --model FOLDER FLAGS...` in a subprocess, on a free port, as users run it.
+
+    Its stderr is read on a thread into `lines` (JSON log lines and anything else): a pipe nobody reads
+    would stall the server once full.
+    """
+
+    def __init__(self, folder: Path, *flags: str, timeout: float = 60.0):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pasu.cli", "cloud", "serve", "--model", str(folder), "--port", "0",
+             "--no-metrics", "--threads", "1", *flags],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "GRPC_VERBOSITY": "ERROR"})
+        self.lines: list[str] = []
+        self.serving: dict = {}
+        ready = threading.Event()
+
+        def read() -> None:
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if not ready.is_set() and line.startswith("{") and json.loads(line)["msg"] == "serving":
+                    self.serving = json.loads(line)
+                    ready.set()
+            ready.set()  # exited before serving
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+        if not ready.wait(timeout) or not self.serving:
+            self.kill()
+            raise AssertionError(f"server not serving within {timeout} s:\n{''.join(self.lines[-20:])}")
+
+    @property
+    def address(self) -> str:
+        return self.serving["address"]
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2])
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (graceful stop); the exit code, once stderr is fully read."""
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        self._reader.join(timeout)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies mid-whatever, as on an OOM kill or a power cut."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def log(self) -> list[dict]:
+        return [json.loads(line) for line in self.lines if line.startswith("{")]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
