@@ -44,7 +44,7 @@ class FallbackReason(enum.StrEnum):
     UNAVAILABLE = "unavailable"  # no server reachable (down, stopping, network gone), after retries
     UNAUTHENTICATED = "unauthenticated"  # token missing or refused, or TLS client certificate refused
     RESOURCE_EXHAUSTED = "resource_exhausted"  # server queue full, or request over the message size limit
-    REJECTED = "rejected"  # the server refused this input (INVALID_ARGUMENT, OUT_OF_RANGE)
+    REJECTED = "rejected"  # the input was refused: by the server (INVALID_ARGUMENT, OUT_OF_RANGE) or unsendable
     CANCELLED = "cancelled"  # the call was cancelled (e.g. server shut down without grace)
     ERROR = "error"  # anything else (INTERNAL, UNKNOWN, a closed client, ...)
 
@@ -163,9 +163,18 @@ class CloudClient:
     def understand(self, waveform: np.ndarray, sample_rate: int, utterance_id: str = "",
                    pilot: SluResult | None = None, pilot_confidence: float = 0.0,
                    deadline_s: float | None = None) -> CloudOutcome:
-        """Offload one utterance (1-D float in [-1, 1] or int16); see the module doc. Never raises for RPCs."""
-        request = self.request(waveform, sample_rate, utterance_id, pilot, pilot_confidence)
+        """Offload one utterance (1-D float in [-1, 1] or int16); see the module doc. Never raises.
+
+        Audio that cannot be sent (not mono, NaN or infinite samples) is a REJECTED fallback with no RPC: the
+        device answers locally instead of crashing on it.
+        """
         started = time.monotonic()
+        try:
+            request = self.request(waveform, sample_rate, utterance_id, pilot, pilot_confidence)
+        except ValueError as error:
+            log.info("cloud fallback", extra={"fields": {"utterance_id": utterance_id, "reason": "rejected",
+                                                         "attempts": 0, "detail": str(error)}})
+            return CloudOutcome(None, FallbackReason.REJECTED, str(error), time.monotonic() - started, 0)
         deadline = started + (self.deadline_s if deadline_s is None else deadline_s)
         attempts, code, detail = 0, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before the first attempt"
         while attempts < self.retry.max_attempts:
@@ -218,6 +227,8 @@ def encode_audio(waveform: np.ndarray, encoding: Encoding = "pcm16") -> tuple[in
     x = np.asarray(waveform)
     if x.ndim != 1:
         raise ValueError(f"expected a 1-D (mono) waveform, got shape {x.shape}")
+    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):  # NaN would become an arbitrary int16 value
+        raise ValueError("waveform contains NaN or infinite samples")
     if encoding == "float32":
         if x.dtype == np.int16:
             x = x.astype(np.float32) / 32768.0
