@@ -18,5 +18,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _registrars() -> list:
     from pasu.bench.hybrid import register as hybrid
+    from pasu.bench.load import register as load
 
-    return [hybrid]
+    return [hybrid, load]
