@@ -46,7 +46,16 @@ def configure_logging(verbose: bool) -> None:
     logging.getLogger("espnet").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
+def _quiet_espnet_import() -> None:
+    """ESPnet prints a flash-attention notice on stdout when imported; stdout is for results (--json)."""
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):
+        import espnet.nets.pytorch_backend.transformer.attention  # noqa: F401
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _quiet_espnet_import()
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     try:
