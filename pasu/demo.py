@@ -163,7 +163,9 @@ def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoO
     rows = []
     with CloudClient(address, deadline_s=5.0) as cloud:
         agent = DeviceAgent(model, AgentOptions(), policy, cloud)
-        replay(model, load_audio(samples[0]["audio"]), AgentOptions())  # warm-up: first calls are slow
+        first = load_audio(samples[0]["audio"])
+        replay(model, first, AgentOptions())  # warm-up: first calls are slow, on both sides
+        cloud.understand(first, 16000, "warm-up")
         for sample in tqdm(samples, desc="utterances (real-time pace)" if options.realtime else "utterances",
                            unit="utt", file=sys.stderr):
             audio = load_audio(sample["audio"])
