@@ -143,7 +143,7 @@ def test_30_percent_packet_loss(cloud_support, start_server):
     server = start_server()
     with NetworkProxy(f"127.0.0.1:{server.port}", "loss30", seed=7) as proxy, \
             CloudClient(proxy.address, deadline_s=4) as client:
-        outcomes = [understand_once(client, cloud_support.waveform(0.5, seed=i), 4.0, f"u{i}") for i in range(4)]
+        outcomes = [understand_once(client, cloud_support.waveform(0.3, seed=i), 4.0, f"u{i}") for i in range(4)]
         lost = proxy.stats.segments_lost
     assert lost > 0  # the loss really happened
     assert all(o.ok or o.fallback is FallbackReason.DEADLINE for o in outcomes), [o.detail for o in outcomes]
