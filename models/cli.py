@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--max-epochs", type=int, default=None, help="override train.max_epochs")
     train.add_argument("--num-threads", type=int, default=None, help="override train.num_threads")
     train.add_argument("--device", default=None, help="override train.device (cpu, cuda, auto)")
+    train.add_argument("--max-minutes", type=float, default=None, help="override train.max_minutes (time box)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                       help="override any config field, e.g. --set optim.lr=0.002 --set data.batch_seconds=400")
     train.set_defaults(run=_train)
 
     package = sub.add_parser(
@@ -65,14 +68,15 @@ def _train(args: argparse.Namespace) -> int:
     # would be fine, but it is not ours to fix and it garbles the progress bar.
     warnings.filterwarnings("ignore", category=FutureWarning, module="espnet2.asr.espnet_model")
 
-    config = load_config(args.config)
+    config = load_config(args.config, args.overrides)
     overrides = {k: v for k, v in {"max_steps": args.max_steps, "max_epochs": args.max_epochs,
-                                   "num_threads": args.num_threads, "device": args.device}.items()
+                                   "num_threads": args.num_threads, "device": args.device,
+                                   "max_minutes": args.max_minutes}.items()
                  if v is not None}
     if overrides:
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, **overrides))
     flags = [("--config", args.config), ("--corpus", args.corpus), ("--out", args.out)] + [
-        ("--" + k.replace("_", "-"), v) for k, v in overrides.items()]
+        ("--" + k.replace("_", "-"), v) for k, v in overrides.items()] + [("--set", o) for o in args.overrides]
     command = "pasu train " + " ".join(f"{flag} {shlex.quote(str(v))}" for flag, v in flags)
     train(config, args.corpus, args.out, command=command)
     return 0

@@ -96,6 +96,7 @@ class OptimOptions:
 class TrainOptions:
     max_epochs: int | None = 50  # stop after this many passes over train (None: no limit)
     max_steps: int | None = None  # stop after this many optimizer steps (None: no limit); the first wins
+    max_minutes: float | None = None  # stop after this many wall minutes of this run (a time-boxed GPU lease)
     num_threads: int = 2  # torch intra-op threads (1 each when two trainings share a 2-core machine)
     seed: int = 0  # data order, dropout, SpecAugment
     specaug: bool = True  # SpecAugment on the fbank features (model.specaug_conf, or the defaults above)
@@ -154,9 +155,22 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     return ExperimentConfig(model=dict(raw.get("model") or {}), **sections)
 
 
-def load_config(path: str | os.PathLike) -> ExperimentConfig:
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """The experiment YAML, with `section.field=value` overrides (values parsed as YAML) applied on top."""
     with open(path) as f:
-        return config_from_dict(yaml.safe_load(f) or {})
+        raw = yaml.safe_load(f) or {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not section.field=value")
+        *parents, leaf = key.split(".")
+        node = raw
+        for name in parents:
+            node = node.setdefault(name, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {name} is not a section")
+        node[leaf] = yaml.safe_load(value)
+    return config_from_dict(raw)
 
 
 # --- Learning rate ----------------------------------------------------------------------------------
@@ -358,8 +372,8 @@ def train(
     run_info = {"corpus": str(corpus_dir.resolve()), "command": command}
     (exp_dir / "run.json").write_text(json.dumps(run_info, indent=2) + "\n")
     opts = config.train
-    if opts.max_epochs is None and opts.max_steps is None:
-        raise ValueError("set train.max_epochs or train.max_steps")
+    if opts.max_epochs is None and opts.max_steps is None and opts.max_minutes is None:
+        raise ValueError("set train.max_epochs, train.max_steps or train.max_minutes")
     _set_threads(opts.num_threads)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
@@ -481,8 +495,8 @@ class _Loop:
         opts = self.config.train
         batches_per_epoch = len(bucket_batches(self.durations, self.config.data.batch_seconds))
         steps_per_epoch = max(batches_per_epoch // self.config.optim.accum_grad, 1)
-        total = opts.max_steps or (opts.max_epochs or 0) * steps_per_epoch
-        if opts.max_epochs is not None:
+        total = opts.max_steps or (opts.max_epochs or 0) * steps_per_epoch or None  # None: time-boxed only
+        if opts.max_epochs is not None and total is not None:
             total = min(total, opts.max_epochs * steps_per_epoch)
         if batches_per_epoch == 0:
             raise ValueError("the training split is empty")
@@ -505,8 +519,10 @@ class _Loop:
 
     def _done(self) -> bool:
         opts = self.config.train
-        return (opts.max_steps is not None and self.state.step >= opts.max_steps) or (
-            opts.max_epochs is not None and self.state.epoch >= opts.max_epochs
+        return (
+            (opts.max_steps is not None and self.state.step >= opts.max_steps)
+            or (opts.max_epochs is not None and self.state.epoch >= opts.max_epochs)
+            or (opts.max_minutes is not None and time.monotonic() - self.run_start >= 60 * opts.max_minutes)
         )
 
     def _run_epoch(self) -> None:

@@ -19,5 +19,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _registrars() -> list:
     from pasu.bench.hybrid import register as hybrid
     from pasu.bench.load import register as load
+    from pasu.bench.local import register as local
 
-    return [hybrid, load]
+    return [local, hybrid, load]

@@ -44,8 +44,12 @@ class BuildOptions:
     seed: int = 0
     # worker processes (default: one per core)
     workers: int = max(1, os.cpu_count() or 1)
-    # voices to use; None: the screened, installed voices
+    # voices to plan with; None: the screened, installed voices. An explicit list may name voices that are not
+    # installed here: their shards are skipped (and rendered by a later run where they are), so a machine
+    # with fewer engines builds a subset of the same corpus, with the same held-out voices.
     voices: tuple[str, ...] | None = None
+    # splits to render (the plan always covers all of them, so a subset is part of the same corpus)
+    splits: tuple[str, ...] = SPLITS
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,13 @@ def build_corpus(opts: BuildOptions) -> dict:
     (out / "shards").mkdir(parents=True, exist_ok=True)
 
     _render_babble(out, plan, opts.seed)
-    shards = _shards(plan)
+    planned = _shards(plan)
+    shards = _renderable([s for s in planned if s.jobs[0].split in opts.splits])
     todo = [s for s in shards if not _shard_done(out, s)]
     log.info("%d shards, %d to render (%d utterances)", len(shards), len(todo), sum(len(s.jobs) for s in todo))
     _run_shards(todo, out, opts)
-    _assemble_manifests(out, shards)
+    # every finished shard, also those of splits or voices an earlier run rendered
+    _assemble_manifests(out, [s for s in planned if _shard_done(out, s)])
 
     from pasu.corpus.report import write_report  # matplotlib is heavy: import only at the end
 
@@ -113,6 +119,16 @@ def _shards(plan: Plan) -> list[Shard]:
 
 def _safe(voice_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in voice_id)
+
+
+def _renderable(shards: Sequence[Shard]) -> list[Shard]:
+    """The shards whose voice is installed; the others are named once and left for another run."""
+    missing = sorted({s.jobs[0].voice_id for s in shards if not tts.is_installed(tts.voice_by_id(s.jobs[0].voice_id))})
+    if missing:
+        skipped = sum(len(s.jobs) for s in shards if s.jobs[0].voice_id in missing)
+        log.warning("%d planned voices are not installed here; their %d utterances are skipped: %s",
+                    len(missing), skipped, ", ".join(missing))
+    return [s for s in shards if s.jobs[0].voice_id not in missing]
 
 
 def _shard_done(out: Path, shard: Shard) -> bool:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pasu.settings import shared_data_dir
 
+SPLITS_HELP = ("train", "dev", "test", "test_unseen")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     corpus = sub.add_parser("corpus", help="build the synthetic SLURP-style speech corpus",
@@ -33,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="use the small sample text shipped with PASU instead of the shared SLURP text")
     build.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     build.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    build.add_argument("--voices", type=Path, default=None,
+                       help="plan with the voices of this build.json (or a file with one voice id per line) "
+                            "instead of the installed ones; voices not installed here are skipped")
+    build.add_argument("--splits", default=",".join(SPLITS_HELP),
+                       help="comma-separated splits to render (default: all); the plan is the same either way")
     build.set_defaults(run=_build)
 
     report = csub.add_parser("report", help="print the report of a built corpus",
@@ -55,8 +62,14 @@ def _build(args: argparse.Namespace) -> int:
     from pasu.corpus.text import CorpusDataError, samples_dir
 
     data_dir = samples_dir() if args.samples else shared_data_dir(args.data_dir)
+    splits = tuple(s for s in args.splits.split(",") if s)
+    if unknown := sorted(set(splits) - set(SPLITS_HELP)):
+        print(f"pasu corpus build: unknown split(s) {', '.join(unknown)}; choose from {', '.join(SPLITS_HELP)}",
+              file=sys.stderr)
+        return 2
     opts = BuildOptions(preset=PRESETS[args.preset], data_dir=data_dir, out_dir=args.out, seed=args.seed,
-                        workers=args.workers or max(1, os.cpu_count() or 1))
+                        workers=args.workers or max(1, os.cpu_count() or 1),
+                        voices=_voice_list(args.voices) if args.voices else None, splits=splits)
     try:
         report = build_corpus(opts)
     except CorpusDataError as e:
@@ -67,6 +80,15 @@ def _build(args: argparse.Namespace) -> int:
 
     print(to_markdown(report))
     return 0
+
+
+def _voice_list(path: Path) -> tuple[str, ...]:
+    """Voice ids from a corpus's build.json (seen + unseen) or a plain list, one per line."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        info = json.loads(text)
+        return tuple(info["seen_voices"]) + tuple(info["unseen_voices"])
+    return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
 def _report(args: argparse.Namespace) -> int:
