@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--max-epochs", type=int, default=None, help="override train.max_epochs")
     train.add_argument("--num-threads", type=int, default=None, help="override train.num_threads")
     train.add_argument("--device", default=None, help="override train.device (cpu, cuda, auto)")
+    train.add_argument("--init-from", type=Path, default=None,
+                       help="override train.init_from: start from a packaged model folder (e.g. models/shipped/device)")
     train.add_argument("--max-minutes", type=float, default=None, help="override train.max_minutes (time box)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                        help="override any config field, e.g. --set optim.lr=0.002 --set data.batch_seconds=400")
@@ -71,7 +73,8 @@ def _train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     overrides = {k: v for k, v in {"max_steps": args.max_steps, "max_epochs": args.max_epochs,
                                    "num_threads": args.num_threads, "device": args.device,
-                                   "max_minutes": args.max_minutes}.items()
+                                   "max_minutes": args.max_minutes,
+                                   "init_from": str(args.init_from) if args.init_from else None}.items()
                  if v is not None}
     if overrides:
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, **overrides))

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -101,6 +102,9 @@ class TrainOptions:
     seed: int = 0  # data order, dropout, SpecAugment
     specaug: bool = True  # SpecAugment on the fbank features (model.specaug_conf, or the defaults above)
     device: str = "cpu"  # "cpu", "cuda" or "auto" (cuda when available)
+    # a packaged model folder to start from (its tokenizer, frontend stats and weights; a fresh optimizer):
+    # how training goes on across machines that keep only the shipped float16 weights. Ignored on resume.
+    init_from: str | None = None
     log_interval_steps: int = 20  # steps per "train" line in log.jsonl
     checkpoint_minutes: float = 5.0  # write checkpoint.pt at least this often (wall clock) ...
     checkpoint_steps: int | None = None  # ... and every this many steps when set
@@ -382,13 +386,18 @@ def train(
 
     train_utts = load_split(corpus_dir, config.data.train_split)
     dev_utts = dev_subset(load_split(corpus_dir, config.data.dev_split), config.eval.dev_utterances)
-    tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir)
-    model = build_asr_model(model_config).to(device)
+    ckpt_path = exp_dir / "checkpoint.pt"
+    init_from = Path(opts.init_from) if opts.init_from and not ckpt_path.exists() else None
+    tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir, init_from)
+    model = build_asr_model(model_config)
+    if init_from is not None:
+        model.load_state_dict(_packaged_weights(init_from), strict=True)
+        log.info("initialized from %s", init_from)
+    model = model.to(device)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=config.optim.lr, betas=config.optim.betas, weight_decay=config.optim.weight_decay
     )
     state = TrainState()
-    ckpt_path = exp_dir / "checkpoint.pt"
     if ckpt_path.exists():
         state = _load_checkpoint(ckpt_path, model, optimizer)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", ckpt_path, state.step, state.epoch,
@@ -411,11 +420,26 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+
+
 def _prepare_experiment(
-    config: ExperimentConfig, train_utts: Sequence[Utterance], exp_dir: Path
+    config: ExperimentConfig, train_utts: Sequence[Utterance], exp_dir: Path, init_from: Path | None = None
 ) -> tuple[Tokenizer, dict[str, Any]]:
-    """Tokenizer and full model config: from EXPDIR when present (resume), else trained and written there."""
+    """Tokenizer and full model config: from EXPDIR when present (resume), from the `init_from` package,
+    else trained and written there."""
     tok_path, cfg_path = exp_dir / "tokenizer.model", exp_dir / "config.yaml"
+    if init_from is not None and not (tok_path.exists() and cfg_path.exists()):
+        shutil.copyfile(init_from / "tokenizer.model", tok_path)
+        packaged = yaml.safe_load((init_from / "config.yaml").read_text())["model"]
+        # the package's architecture wins; the frontend stats come with its weights
+        model_config = {**_model_section(config), **{k: v for k, v in packaged.items() if k not in (
+            "specaug", "specaug_conf", "init")}}
+        model_config["stats"] = None
+        _write_resolved(config, model_config, cfg_path)
+        return Tokenizer(tok_path), model_config
     if tok_path.exists() and cfg_path.exists():
         stored = yaml.safe_load(cfg_path.read_text())
         model_config = stored["model"]
@@ -436,11 +460,15 @@ def _prepare_experiment(
         "stats": {"mean": mean.tolist(), "std": std.tolist()},
     }
     tokenizer.save(tok_path)
+    _write_resolved(config, model_config, cfg_path)
+    return tokenizer, model_config
+
+
+def _write_resolved(config: ExperimentConfig, model_config: dict[str, Any], cfg_path: Path) -> None:
     resolved = {**config.to_dict(), "model": model_config}
     tmp = cfg_path.with_name("config.yaml.tmp")
     tmp.write_text(yaml.safe_dump(resolved, sort_keys=False, default_flow_style=None, width=120))
     os.replace(tmp, cfg_path)
-    return tokenizer, model_config
 
 
 def _model_section(config: ExperimentConfig) -> dict[str, Any]:
@@ -495,16 +523,16 @@ class _Loop:
         opts = self.config.train
         batches_per_epoch = len(bucket_batches(self.durations, self.config.data.batch_seconds))
         steps_per_epoch = max(batches_per_epoch // self.config.optim.accum_grad, 1)
-        total = opts.max_steps or (opts.max_epochs or 0) * steps_per_epoch or None  # None: time-boxed only
-        if opts.max_epochs is not None and total is not None:
-            total = min(total, opts.max_epochs * steps_per_epoch)
+        limits = [n for n in (opts.max_steps, opts.max_epochs and opts.max_epochs * steps_per_epoch)
+                  if n is not None]
+        total = min(limits) if limits else None  # None: time-boxed only
         if batches_per_epoch == 0:
             raise ValueError("the training split is empty")
         self.total_steps = total
         self.last_ckpt = self.last_eval = self.run_start = time.monotonic()
         self.elapsed_before = self.state.elapsed
         start_step = self.state.step
-        with tqdm(total=total, initial=min(self.state.step, total), unit="step", dynamic_ncols=True) as bar:
+        with tqdm(total=total, initial=min(self.state.step, total or self.state.step), unit="step", dynamic_ncols=True) as bar:
             self.bar = bar
             while not self._done():
                 self._run_epoch()
