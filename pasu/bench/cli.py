@@ -20,5 +20,6 @@ def _registrars() -> list:
     from pasu.bench.hybrid import register as hybrid
     from pasu.bench.load import register as load
     from pasu.bench.local import register as local
+    from pasu.bench.report import register as report
 
-    return [local, hybrid, load]
+    return [local, hybrid, load, report]

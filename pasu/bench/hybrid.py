@@ -54,7 +54,7 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--deadline", type=float, default=2.0, help="cloud deadline per utterance (s), as the agent's")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
-    parser.add_argument("--out", type=Path, default=Path("exp/bench-hybrid"), help="folder for JSON, PNGs, caches")
+    parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")
     parser.set_defaults(run=run)
 
 

@@ -254,7 +254,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "load", help="the cloud server under N concurrent unary and streaming clients: failures, latency, RSS",
         description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example: pasu bench load --model /tmp/pasu-load-model --clients 32 --duration 120 "
-               "--out runs/load.json")
+               "--out bench/load.json")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL,
                         help=f"packaged model folder (default: {DEFAULT_MODEL.relative_to(REPO_ROOT)})")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")

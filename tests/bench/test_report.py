@@ -1,0 +1,70 @@
+"""`pasu bench report`: real `pasu bench local` rows (tiny model, short audio) become tables and plots."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+
+from pasu.bench.local import configurations, run_config, summarize, with_speedups
+from pasu.bench.report import ABLATION, ReportInputs, write_report
+from pasu.models.data import Utterance
+
+
+def _tiny_device_model():
+    name = "pasu_tests_cloud_support"  # the module tests/device/conftest.py loads, shared when already loaded
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "cloud" / "support.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    from pasu.device.runtime import DeviceModel
+
+    model, tokenizer = sys.modules[name].tiny_parts()
+    return DeviceModel(model, tokenizer.token_list, tokenizer.decode, "tiny-untrained")
+
+
+def _local_results(tmp_path: Path) -> Path:
+    model = _tiny_device_model()
+    rng = np.random.default_rng(0)
+    audio = [(0.1 * rng.standard_normal(int(16000 * s))).astype(np.float32) for s in (2.2, 2.6)]
+    utterances = [Utterance(f"u{i}", tmp_path / f"u{i}.flac", len(a) / 16000, "", "wake me up", "alarm_set", ())
+                  for i, a in enumerate(audio)]
+    configs = configurations()
+    rows = []
+    for name in ("espnet_batch", "only_ctc_leap", "ours", "ours_tau_2", "ours_non_incremental"):
+        results, _ = run_config(model, configs[name], utterances, audio, name)
+        rows.append(summarize(model.model_id, "test", name, utterances, results))
+    path = tmp_path / "local.json"
+    path.write_text(json.dumps({"rows": [asdict(r) for r in with_speedups(rows)], "note": "tiny"}))
+    return path
+
+
+def test_report_from_local_results(tmp_path):
+    local = _local_results(tmp_path)
+    out = tmp_path / "report"
+    report = write_report(ReportInputs(local, tmp_path / "missing-hybrid.json", None), out).read_text()
+
+    rows = json.loads(local.read_text())["rows"]
+    ours = next(r for r in rows if r["config"] == "ours")
+    assert f"{ours['latency_p50_ms']:.0f}" in report  # the measured median is in the tables
+    ablation = next(line for line in report.splitlines() if line.startswith("| tiny-untrained / test |"))
+    assert ablation.count("|") == len(ABLATION) + 2 and ablation.count(" - ") == 4  # 3 of 7 configs were run
+    assert "tau 2 s" in report and "from scratch" in report
+    assert "run `pasu bench hybrid` first" in report and "run `pasu bench load` first" in report
+    for name in ("local_latency_accuracy.png", "ablation.png", "tau_sweep.png"):
+        assert f"![{name}]({name})" in report
+        image = matplotlib.image.imread(out / name)
+        assert image.shape[0] > 200 and image.std() > 0  # a drawn picture, not a blank canvas
+
+
+def test_cli_writes_the_report(tmp_path, capsys):
+    from pasu.cli import main
+
+    assert main(["bench", "report", "--local", str(tmp_path / "none.json"), "--out", str(tmp_path / "r")]) == 0
+    assert "wrote" in capsys.readouterr().out and (tmp_path / "r" / "report.md").exists()
