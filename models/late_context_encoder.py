@@ -101,6 +101,9 @@ class LateContextEncoder(AbsEncoder):
         num_attn_blocks: int = 3,
         attention_heads: int = 4,
         cgmlp_linear_units: int = 1152,
+        # cgMLP hidden size of the attention blocks (None: cgmlp_linear_units). They run after the end of
+        # speech, so a narrower cgMLP there moves encoder FLOPs into ingestion.
+        attn_cgmlp_linear_units: int | None = None,
         conv_kernel: int = 31,  # causal kernel of the conv blocks: 30 frames (1.2 s) of left context
         attn_cgmlp_kernel: int = 31,  # symmetric kernel of the cgMLP branch in the attention blocks
         use_linear_after_conv: bool = False,
@@ -148,7 +151,7 @@ class LateContextEncoder(AbsEncoder):
                 RelPositionMultiHeadedAttention(attention_heads, output_size, attention_dropout_rate),
                 ConvolutionalGatingMLP(
                     output_size,
-                    cgmlp_linear_units,
+                    attn_cgmlp_linear_units or cgmlp_linear_units,
                     attn_cgmlp_kernel,
                     dropout_rate,
                     use_linear_after_conv,
