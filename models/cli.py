@@ -1,4 +1,5 @@
-"""`pasu train` and `pasu package`: train an SLU model on a PASU corpus and ship it as a model folder."""
+"""`pasu train`, `pasu package`, `pasu eval`, `pasu branches`: train an SLU model on a PASU corpus, ship it as a model
+folder, score it, and read a Branchformer's branch weights to size the late-context encoder."""
 
 from __future__ import annotations
 
@@ -60,6 +61,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     evaluate.set_defaults(run=_evaluate)
 
+    branches = sub.add_parser(
+        "branches", help="measure each Branchformer block's attention-branch weight and derive k (the late-context "
+                         "split)",
+        description="Encode corpus utterances with a Branchformer trained with merge_method learned_ave, record the "
+                    "weight each block's merge gives its attention branch (mean and spread over utterances), and "
+                    "derive the paper's split: k = blocks whose mean weight exceeds the threshold h, then N-k-1 "
+                    "convolution-only + k+1 attention blocks (device config: num_conv_blocks / num_attn_blocks). "
+                    "Writes branch_weights.png, branch_weights.md (a model-card section) and branch_weights.json.",
+        epilog="Examples:\n"
+               "  pasu branches models/branchformer --corpus data/corpus-full --split dev --utterances 200 "
+               "--out exp/branchformer/branches --card\n"
+               "  pasu branches exp/asr_branchformer/valid.acc.ave.pth --corpus data/corpus-full "
+               "--out exp/asr_branchformer/branches   # an ESPnet checkpoint, config.yaml beside it",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    branches.add_argument("model", type=Path,
+                          help="a packaged model folder, or an ESPnet *.pth with its config.yaml beside it")
+    branches.add_argument("--corpus", type=Path, required=True, help="corpus folder with <split>.jsonl")
+    branches.add_argument("--split", default="dev", help="split to encode (default: dev)")
+    branches.add_argument("--utterances", type=int, default=200,
+                          help="fixed random subset of the split (default: 200; 0: all)")
+    branches.add_argument("--threshold", type=float, default=0.5,
+                          help="h: a block keeps attention when its mean attention weight exceeds this (default: 0.5)")
+    branches.add_argument("--tail-only", action="store_true",
+                          help="count only the run of blocks above h that ends at the last block")
+    branches.add_argument("--out", type=Path, required=True, help="folder for the PNG, Markdown and JSON")
+    branches.add_argument("--card", action="store_true",
+                          help="also put the section and the plot into the model folder's README.md (again after `pasu "
+                               "package`, which rewrites the card)")
+    branches.add_argument("--espnet-config", type=Path, default=None,
+                          help="config.yaml of an ESPnet checkpoint (default: beside the .pth)")
+    branches.add_argument("--stats-file", type=Path, default=None,
+                          help="feats_stats.npz of an ESPnet checkpoint (default: from its config or weights)")
+    branches.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    branches.set_defaults(run=_branches)
+
 
 def _train(args: argparse.Namespace) -> int:
     import warnings
@@ -106,4 +142,33 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.out:
         write_results(results, args.out)
     print(json.dumps({k: v for k, v in results.items() if k in opts.splits}, indent=2))
+    return 0
+
+
+def _branches(args: argparse.Namespace) -> int:
+    import shutil
+    import warnings
+
+    import torch
+
+    from pasu.models.branch_analysis import (
+        PLOT_FILE, SplitRule, analyze_corpus, card_section, load_model, markdown_table, update_card, write_report)
+
+    if args.card and not args.model.is_dir():
+        raise SystemExit("--card needs a packaged model folder (an ESPnet checkpoint has no model card)")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="espnet2.asr.espnet_model")  # see _train
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_model(args.model, args.espnet_config, args.stats_file)
+    analysis = analyze_corpus(model, args.corpus, args.split, args.utterances,
+                              SplitRule(threshold=args.threshold, tail_only=args.tail_only), source=f"`{args.model}`")
+    paths = write_report(analysis, args.out)
+    print("\n".join(markdown_table(analysis)))
+    split = analysis.split
+    print(f"k = {split.k}: {split.describe()} (num_conv_blocks: {split.num_conv_blocks}, "
+          f"num_attn_blocks: {split.num_attn_blocks})")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if args.card:
+        shutil.copyfile(paths["plot"], args.model / PLOT_FILE)
+        print(f"updated {update_card(args.model / 'README.md', card_section(analysis, PLOT_FILE))}")
     return 0
