@@ -249,12 +249,17 @@ def _assemble_manifests(out: Path, shards: Sequence[Shard]) -> None:
             rows[_split_of(row["id"])].append(row)
     for split, split_rows in rows.items():
         split_rows.sort(key=lambda r: r["id"])
-        _write_atomic(out / f"{split}.jsonl", _jsonl(split_rows))
+        write_manifest(out / f"{split}.jsonl", split_rows)
 
 
 def _split_of(utt_id: str) -> str:
     # ids are "<split>-<index>-<digest>"; split names contain no "-"
     return utt_id.rsplit("-", 2)[0]
+
+
+def write_manifest(path: Path, rows: Sequence[dict]) -> None:
+    """Write a `<split>.jsonl` manifest whole (readers never see a partial one)."""
+    _write_atomic(path, _jsonl(rows))
 
 
 def read_manifest(path: Path) -> list[dict]:

@@ -1,4 +1,4 @@
-"""`pasu corpus`: build and summarize the synthetic speech corpus."""
+"""`pasu corpus`: build and summarize the synthetic speech corpus; import real SLURP audio."""
 
 from __future__ import annotations
 
@@ -41,6 +41,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--splits", default=",".join(SPLITS_HELP),
                        help="comma-separated splits to render (default: all); the plan is the same either way")
     build.set_defaults(run=_build)
+
+    slurp = csub.add_parser(
+        "import-slurp", help="a corpus folder over real SLURP audio in its official layout (no audio copied)",
+        description="Write train/dev/test JSONL manifests (rows as `pasu corpus build` writes them, absolute\n"
+                    "audio paths) for SLURP's recordings: train from train.jsonl (and train_synthetic.jsonl with\n"
+                    "--synthetic), dev from devel.jsonl, test from test.jsonl, labels and slots from the\n"
+                    "annotations. Missing audio files are counted and reported, not fatal. There is no\n"
+                    "test_unseen split: use --splits test with `pasu eval` and `pasu bench local`.",
+        epilog="Examples:\n  pasu corpus import-slurp --slurp-dir ~/slurp --out data/corpus-slurp\n"
+               "  pasu corpus import-slurp --slurp-dir ~/slurp --audio-dir /data/slurp-audio --recordings best "
+               "--synthetic --out data/corpus-slurp-best\n"
+               "  pasu eval models/shipped/device --corpus data/corpus-slurp --splits test --limit 500",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    slurp.add_argument("--slurp-dir", type=Path, required=True,
+                       help="clone of github.com/pswietojanski/slurp (dataset/slurp/*.jsonl)")
+    slurp.add_argument("--out", type=Path, required=True, help="corpus folder to write (manifests and import.json)")
+    slurp.add_argument("--audio-dir", type=Path, default=None,
+                       help="folder with the unpacked slurp_real/ and slurp_synth/ (default: SLURP_DIR/audio)")
+    slurp.add_argument("--recordings", choices=("all", "best"), default="all",
+                       help="all: one utterance per recording; best: per sentence only the recording with the "
+                            "lowest SLURP wer, the next best where its file is missing (default: all)")
+    slurp.add_argument("--synthetic", action="store_true",
+                       help="also put train_synthetic.jsonl (SLURP's TTS audio in slurp_synth/) into train")
+    slurp.add_argument("--splits", default="train,dev,test",
+                       help="comma-separated splits to write (default: train,dev,test)")
+    slurp.set_defaults(run=_import_slurp)
 
     report = csub.add_parser("report", help="print the report of a built corpus",
                              epilog="Example: pasu corpus report data/corpus-tiny")
@@ -89,6 +115,22 @@ def _voice_list(path: Path) -> tuple[str, ...]:
         info = json.loads(text)
         return tuple(info["seen_voices"]) + tuple(info["unseen_voices"])
     return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+def _import_slurp(args: argparse.Namespace) -> int:
+    from pasu.corpus.slurp_import import ImportOptions, import_slurp, to_text
+    from pasu.corpus.text import CorpusDataError
+
+    opts = ImportOptions(slurp_dir=args.slurp_dir, out_dir=args.out, audio_dir=args.audio_dir,
+                         recordings=args.recordings, synthetic=args.synthetic,
+                         splits=tuple(s for s in args.splits.split(",") if s))
+    try:
+        summary = import_slurp(opts)
+    except CorpusDataError as e:
+        print(f"pasu corpus import-slurp: {e}", file=sys.stderr)
+        return 2
+    print(to_text(summary))
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

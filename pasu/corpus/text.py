@@ -186,7 +186,7 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
-def _is_damaged(raw: str) -> bool:
+def is_damaged(raw: str) -> bool:
     """Spreadsheet export damage or unknown-word markers, not sentences anyone said."""
     return raw.strip().upper() == "#NAME?" or "<unk>" in raw.lower()
 
@@ -208,6 +208,20 @@ def _path(data_dir: Path, name: str) -> Path:
     return path
 
 
+def slurp_sentence(row: dict, split: str) -> Sentence:
+    """One row of a SLURP jsonl file (devel, test, train or train_synthetic) as a Sentence; KeyError if malformed.
+
+    `split` is "devel", "test" or "train" (also for train_synthetic): it names the id and the source.
+    """
+    scenario, action = row["scenario"], row["action"]
+    # intent is rebuilt from scenario and action: SLURP's own `intent` field sometimes holds the
+    # action alone ("query", "music"), which would make spurious extra intents.
+    return Sentence(
+        id=f"slurp-{split}-{row['slurp_id']}", text=normalize_text(row["sentence"]), scenario=scenario,
+        action=action, intent=f"{scenario}_{action}",
+        slots=_normalize_slots(parse_annotation(row["sentence_annotation"])[1]), source=f"slurp_{split}")
+
+
 def _read_slurp_split(data_dir: Path, name: str, split: str) -> tuple[Sentence, ...]:
     """SLURP devel or test, every row kept (rows are distinct recordings even where texts repeat)."""
     path = _path(data_dir, name)
@@ -217,24 +231,16 @@ def _read_slurp_split(data_dir: Path, name: str, split: str) -> tuple[Sentence, 
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                sid, sentence, annotation = row["slurp_id"], row["sentence"], row["sentence_annotation"]
-                scenario, action = row["scenario"], row["action"]
+                out.append(slurp_sentence(json.loads(line), split))
             except (json.JSONDecodeError, KeyError) as e:
                 raise CorpusDataError(f"{path}:{lineno}: not a SLURP row ({e})") from e
-            # intent is rebuilt from scenario and action: SLURP's own `intent` field sometimes holds the
-            # action alone ("query", "music"), which would make spurious extra intents.
-            out.append(Sentence(
-                id=f"slurp-{split}-{sid}", text=normalize_text(sentence), scenario=scenario, action=action,
-                intent=f"{scenario}_{action}", slots=_normalize_slots(parse_annotation(annotation)[1]),
-                source=f"slurp_{split}"))
     return tuple(out)
 
 
 def _read_lm(data_dir: Path) -> list[str]:
     """The unique normalized lm.txt sentences, in order of first appearance."""
     with _path(data_dir, LM).open(encoding="utf-8") as f:
-        texts = (normalize_text(line) for line in f if not _is_damaged(line))
+        texts = (normalize_text(line) for line in f if not is_damaged(line))
         return list(dict.fromkeys(t for t in texts if t))
 
 
@@ -249,7 +255,7 @@ def _read_slurpfood(data_dir: Path) -> dict[str, str]:
         raise CorpusDataError(f"{path}: expected a JSON object sentence -> intent")
     labels: dict[str, set[str]] = defaultdict(set)
     for sentence, label in raw.items():
-        if not _is_damaged(sentence) and normalize_text(sentence):
+        if not is_damaged(sentence) and normalize_text(sentence):
             labels[normalize_text(sentence)].add(str(label).strip())
     # a text that normalizes from two differently labelled sentences has no trustworthy label
     return {text: next(iter(ls)) for text, ls in labels.items() if len(ls) == 1}
@@ -281,7 +287,7 @@ def _read_hwu(data_dir: Path) -> list[_HwuRow]:
         rows = []
         for r in reader:
             annotation = r["answer_annotation"] or ""
-            if _is_damaged(annotation):
+            if is_damaged(annotation):
                 continue
             # the text comes from the annotation so that text and slot values can never disagree
             plain, slots = parse_annotation(annotation)
