@@ -6,25 +6,35 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+# `pasu cloud serve`'s default --config: every ServerConfig field at its default, with its comment.
+DEFAULT_CONFIG = Path(__file__).with_name("server.yaml")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    cloud = sub.add_parser("cloud", help="the cloud server devices offload to")
+    cloud = sub.add_parser(
+        "cloud", help="the cloud server devices offload to",
+        description="The cloud side of PASU: a gRPC server (pasu.v1.SpeechUnderstanding) that finishes the "
+                    "utterances devices offload, with a larger model and a wider beam.",
+        epilog="Example: pasu cloud serve --model models/shipped/cloud --port 50051")
     commands = cloud.add_subparsers(dest="cloud_command", metavar="COMMAND", required=True)
     serve = commands.add_parser(
         "serve", help="serve a model folder over gRPC (pasu.v1.SpeechUnderstanding)",
-        description="Serve SpeechUnderstanding over gRPC with micro-batching, admission control, deadlines, "
-                    "optional TLS/mTLS and bearer tokens, gRPC health and reflection, and Prometheus metrics. "
-                    "Settings come from --config (YAML, see cloud/config.py), then from the flags given. "
-                    "SIGTERM stops it gracefully: in-flight requests finish, new ones are refused.",
+        description="Serve SpeechUnderstanding over gRPC with micro-batching, admission control, deadlines,\n"
+                    "optional TLS/mTLS and bearer tokens, gRPC health and reflection, and Prometheus metrics.\n"
+                    "SIGTERM stops it gracefully: in-flight requests finish, new ones are refused.\n\n"
+                    "Settings come from --config, then from the flags given. The default config,\n"
+                    f"  {DEFAULT_CONFIG}\n"
+                    "lists every field at its default with its comment: copy it, keep what you change.",
         epilog="Examples:\n"
                "  pasu cloud serve --model models/shipped/cloud --port 50051\n"
-               "  pasu cloud serve --model models/shipped/cloud --config cloud.yaml --host 0.0.0.0 \\\n"
+               "  pasu cloud serve --model models/shipped/cloud --config my-server.yaml --host 0.0.0.0 \\\n"
                "      --tls-cert server.pem --tls-key server.key --token-file tokens.txt\n"
                "  grpcurl -plaintext 127.0.0.1:50051 list            # reflection\n"
                "  curl -s 127.0.0.1:9464/metrics | grep pasu_cloud_  # metrics",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--model", type=Path, required=True, help="PASU model folder (`pasu package` output)")
-    serve.add_argument("--config", type=Path, default=None, help="server YAML (fields of ServerConfig)")
+    serve.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                       help="server YAML, any subset of ServerConfig's fields (default: %(default)s)")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="gRPC port (default 50051; 0: any free port)")
     serve.add_argument("--metrics-port", type=int, default=None, help="Prometheus port (default 9464)")
@@ -81,7 +91,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     # ESPnetASRModel.encode calls the deprecated torch.cuda.amp.autocast: not ours to fix, and not a log line.
     warnings.filterwarnings("ignore", category=FutureWarning, module="espnet2.asr.espnet_model")
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except (OSError, ValueError) as error:  # a missing file, an unknown key, a wrong value
+        raise SystemExit(f"error: {error}") from None
     configure_logging(debug=args.verbose)
     recognizer = EspnetRecognizer.from_folder(args.model, config.decoding)
     return serve(recognizer, config)

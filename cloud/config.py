@@ -1,5 +1,8 @@
 """The cloud server's settings: one frozen dataclass, read from YAML, then overridden by command-line flags.
 
+cloud/server.yaml (installed as pasu/cloud/server.yaml, `pasu cloud serve`'s default --config) holds every
+field at its default, with its comment; a file of your own needs only what it changes:
+
     host: 0.0.0.0
     port: 50051
     max_batch_size: 8
@@ -19,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from pasu.config import from_dict, load_yaml
 from pasu.models.recognizer import DecodingOptions
 
 
@@ -88,32 +90,11 @@ class ServerConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def config_from_dict(raw: Mapping[str, Any]) -> ServerConfig:
-    """ServerConfig from plain data (parsed YAML); unknown keys are errors, not silently ignored."""
-    raw = dict(raw)
-    _check_keys("cloud config", raw, ServerConfig)
-    if raw.get("tls") is not None:
-        _check_keys("tls", raw["tls"], TlsConfig)
-        raw["tls"] = TlsConfig(**raw["tls"])
-    if raw.get("decoding") is not None:
-        _check_keys("decoding", raw["decoding"], DecodingOptions)
-        raw["decoding"] = DecodingOptions(**raw["decoding"])
-    if raw.get("auth_tokens") is not None:
-        raw["auth_tokens"] = tuple(raw["auth_tokens"])
-    return ServerConfig(**raw)
+def config_from_dict(raw: Mapping[str, Any], where: str = "cloud config") -> ServerConfig:
+    """ServerConfig from plain data (parsed YAML) over the defaults; unknown keys are errors, not ignored."""
+    return from_dict(ServerConfig, raw, where, ServerConfig())
 
 
 def load_config(path: str | os.PathLike | None) -> ServerConfig:
     """ServerConfig from a YAML file; the defaults when `path` is None."""
-    if path is None:
-        return ServerConfig()
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level")
-    return config_from_dict(raw)
-
-
-def _check_keys(what: str, raw: Mapping[str, Any], cls: type) -> None:
-    unknown = set(raw) - {f.name for f in dataclasses.fields(cls)}
-    if unknown:
-        raise ValueError(f"{what}: unknown keys {sorted(unknown)}")
+    return ServerConfig() if path is None else config_from_dict(load_yaml(path), str(path))

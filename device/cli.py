@@ -6,14 +6,24 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pasu.settings import shipped_model
+
+if TYPE_CHECKING:
+    from pasu.device.cloud_client import CloudClient
+    from pasu.device.config import DeviceConfig
+    from pasu.device.routing import Policy, RoutingOptions
+
+# `pasu device run`'s default --config: every DeviceConfig field at its default, with its comment.
+DEFAULT_CONFIG = Path(__file__).with_name("agent.yaml")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     device = sub.add_parser("device", help="run the device agent (pilot decoding, offloading) on audio",
                             description="The device agent: streaming ingestion, pilot inference while the "
-                                        "user speaks, and at end of speech a local answer or an offload.")
+                                        "user speaks, and at end of speech a local answer or an offload.",
+                            epilog="Example: pasu device run --audio sample.wav")
     commands = device.add_subparsers(dest="device_command", metavar="COMMAND", required=True)
     _add_run(commands)
     _add_timeline(commands)
@@ -22,26 +32,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _add_run(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run", help="understand one audio file (or the microphone) and print the result",
+        description="Feed audio to the device agent and print the transcript, intent, slots and route.\n\n"
+                    "Settings come from --config, then from the flags given. The default config,\n"
+                    f"  {DEFAULT_CONFIG}\n"
+                    "lists every field at its default with its comment: copy it, keep what you change.",
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
+               "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--audio", type=Path, help="audio file (WAV, FLAC, OGG, ...; any rate, mono or stereo)")
     source.add_argument("--mic", action="store_true", help="live microphone; prints pilot hypotheses as they come")
     run.add_argument("--model", type=Path, default=shipped_model("device"), help="device model folder")
+    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                     help="agent YAML, any subset of DeviceConfig's fields (default: %(default)s)")
     run.add_argument("--realtime", action="store_true",
                      help="feed the file at real-time pace (default: replay on a virtual clock, same rules)")
     run.add_argument("--vad", action="store_true", help="end the utterance at the VAD's end of speech")
-    run.add_argument("--tau", type=float, default=1.0, help="seconds of audio between pilots (default 1.0)")
-    run.add_argument("--no-pilots", action="store_true", help="no pilot inference (plain decode at the end)")
-    run.add_argument("--cloud", default=None, help="cloud server address(es), comma separated (host:port)")
-    run.add_argument("--token", default=None, help="bearer token for the cloud server")
-    run.add_argument("--policy", choices=("on-device", "all", "ppl"), default="ppl",
-                     help="offloading policy when --cloud is given (default: ppl)")
-    run.add_argument("--threshold", type=float, default=3.0, help="perplexity above which to offload (ppl)")
+    run.add_argument("--tau", type=float, default=None,
+                     help="seconds of audio between pilots (agent.pilot.interval_seconds; default 1.0)")
+    run.add_argument("--pilots", action=argparse.BooleanOptionalAction, default=None,
+                     help="pilot inference while the user speaks (agent.pilot.enabled; default on); "
+                          "--no-pilots: a plain decode at the end")
+    run.add_argument("--cloud", default=None,
+                     help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
+    run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
+    run.add_argument("--policy", choices=("on-device", "all", "ppl"), default=None,
+                     help="offloading policy when there is a cloud (routing.policy; default ppl)")
+    run.add_argument("--threshold", type=float, default=None,
+                     help="perplexity above which to offload with ppl (routing.threshold; default 3.0)")
     run.add_argument("--timeline", type=Path, default=None, help="write the event timeline as JSON")
     run.add_argument("--plot", type=Path, default=None, help="draw the timeline as a PNG")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -56,20 +78,41 @@ def _add_timeline(commands: argparse._SubParsersAction) -> None:
     timeline.set_defaults(run=_timeline)
 
 
-def _run(args: argparse.Namespace) -> int:
+def config_from_args(args: argparse.Namespace) -> DeviceConfig:
+    """DeviceConfig: YAML (or defaults), then every flag that was given."""
     from dataclasses import replace
 
-    from pasu.device.agent import AgentOptions, DeviceAgent, PilotOptions, play_realtime, replay
+    from pasu.device.config import load_config
+
+    config = load_config(args.config)
+    pilot = replace(config.agent.pilot, **_given(enabled=args.pilots, interval_seconds=args.tau))
+    cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
+    routing = replace(config.routing, **_given(cloud=cloud, policy=args.policy, threshold=args.threshold))
+    return replace(config, agent=replace(config.agent, pilot=pilot), routing=routing)
+
+
+def _given(**flags: Any) -> dict[str, Any]:
+    """The flags that were given (argparse leaves the others None)."""
+    return {name: value for name, value in flags.items() if value is not None}
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pasu.device.agent import DeviceAgent, play_realtime, replay
     from pasu.device.audio import AudioError, load_audio
     from pasu.device.runtime import DeviceModel
 
+    try:
+        config = config_from_args(args)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if not (args.model / "config.yaml").is_file():
         print(f"error: no model folder at {args.model} (train one with `pasu train` + `pasu package`)",
               file=sys.stderr)
         return 2
     model = DeviceModel.from_folder(args.model)
-    options = AgentOptions(pilot=replace(PilotOptions(), enabled=not args.no_pilots, interval_seconds=args.tau))
-    policy, cloud = _routing(args)
+    options = config.agent
+    policy, cloud = _routing(config.routing, args.token)
     try:
         if args.mic:
             result = _from_microphone(DeviceAgent(model, options, policy, cloud), args)
@@ -91,16 +134,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _routing(args: argparse.Namespace):
+def _routing(routing: RoutingOptions, token: str | None) -> tuple[Policy | None, CloudClient | None]:
+    """The offloading policy and cloud client (None, None without a cloud); `token` overrides the token file."""
     from pasu.device.cloud_client import CloudClient
-    from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, PerplexityOfframp
 
-    if args.cloud is None:
+    if not routing.cloud:
         return None, None
-    cloud = CloudClient(args.cloud.split(","), token=args.token)
-    policy = {"on-device": OnDevice(), "all": AllOffload(),
-              "ppl": OfframpPolicy(PerplexityOfframp(), args.threshold)}[args.policy]
-    return policy, cloud
+    return routing.make_policy(), CloudClient(routing.cloud, token=token or routing.token())
 
 
 def _until_end_of_speech(audio):

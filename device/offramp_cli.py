@@ -19,13 +19,15 @@ DEFAULT_CORPUS = "data/corpus-full"
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("offramp", help="train and calibrate the device's offloading offramps",
-                            description="Offramps decide at end of speech whether the device offloads.")
+                            description="Offramps decide at end of speech whether the device offloads.",
+                            epilog="Example: pasu offramp train models/shipped/device --limit 150")
     commands = parser.add_subparsers(dest="offramp_command", metavar="COMMAND", required=True)
     train = commands.add_parser(
         "train", help="fit the BiLSTM offramp on dev replays and calibrate PPL and BiLSTM thresholds",
-        description="Replays the agent over a corpus split (cached), fits the BiLSTM to predict local WER > 0.1, "
+        description="Replays the agent over a corpus split (cached), fits the BiLSTM to predict local WER > 0.1,\n"
                     "and writes bilstm.pt, bilstm.json and offramp.json (thresholds) to MODEL/offramp/.",
-        epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud")
+        epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("model", type=Path, help="packaged device model folder (pasu package)")
     train.add_argument("--corpus", type=Path, default=Path(DEFAULT_CORPUS), help="corpus folder with the manifests")
     train.add_argument("--split", default="dev", help="manifest to train and calibrate on (default: dev)")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Literal, Protocol
 
 from pasu.device.decoding.search import Hypothesis
 
@@ -93,3 +94,29 @@ class OfframpPolicy:
         score = self.offramp.score(hypothesis)
         verdict = ">" if score > self.threshold else "<="
         return Decision(score > self.threshold, score, f"{self.name} score {score:.3g} {verdict} {self.threshold:.3g}")
+
+
+PolicyName = Literal["on-device", "all", "ppl"]
+
+
+@dataclass(frozen=True)
+class RoutingOptions:
+    """Whether and where `pasu device run` offloads (the `routing` section of device/agent.yaml)."""
+
+    cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
+    policy: PolicyName = "ppl"  # with a cloud: on-device (never offload), all (always), ppl (above threshold)
+    threshold: float = 3.0  # ppl: the last pilot's perplexity above which the utterance is offloaded
+    token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
+
+    def make_policy(self) -> Policy:
+        """The policy object `policy` names."""
+        if self.policy == "ppl":
+            return OfframpPolicy(PerplexityOfframp(), self.threshold)
+        return AllOffload() if self.policy == "all" else OnDevice()
+
+    def token(self) -> str | None:
+        """The bearer token read from `token_file` (tokens are never written in the YAML itself)."""
+        if self.token_file is None:
+            return None
+        lines = (line.strip() for line in Path(self.token_file).read_text().splitlines())
+        return next((line for line in lines if line and not line.startswith("#")), None)

@@ -12,9 +12,9 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser(
         "train", help="train an SLU model (intent + words + slots) on a corpus (resumable)",
-        description="Train an ESPnet hybrid CTC/attention model whose target is the intent, then the words with "
-                    "inline slot markup, on a PASU corpus's train.jsonl, evaluating on a fixed dev subset. "
-                    "Running the same command again resumes from EXPDIR/checkpoint.pt; at the end the best "
+        description="Train an ESPnet hybrid CTC/attention model whose target is the intent, then the words with\n"
+                    "inline slot markup, on a PASU corpus's train.jsonl, evaluating on a fixed dev subset.\n"
+                    "Running the same command again resumes from EXPDIR/checkpoint.pt; at the end the best\n"
                     "snapshots are averaged into EXPDIR/model_avg.pt.",
         epilog="Examples:\n"
                "  pasu train --config models/configs/device_late_context.yaml --corpus data/corpus-tiny "
@@ -64,11 +64,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     branches = sub.add_parser(
         "branches", help="measure each Branchformer block's attention-branch weight and derive k (the late-context "
                          "split)",
-        description="Encode corpus utterances with a Branchformer trained with merge_method learned_ave, record the "
-                    "weight each block's merge gives its attention branch (mean and spread over utterances), and "
-                    "derive the paper's split: k = blocks whose mean weight exceeds the threshold h, then N-k-1 "
-                    "convolution-only + k+1 attention blocks (device config: num_conv_blocks / num_attn_blocks). "
-                    "Writes branch_weights.png, branch_weights.md (a model-card section) and branch_weights.json.",
+        description="Encode corpus utterances with a Branchformer trained with merge_method learned_ave, record\n"
+                    "the weight each block's merge gives its attention branch (mean and spread over utterances),\n"
+                    "and derive the paper's split: k = blocks whose mean weight exceeds the threshold h, then\n"
+                    "N-k-1 convolution-only + k+1 attention blocks (device config: num_conv_blocks /\n"
+                    "num_attn_blocks). Writes branch_weights.png, branch_weights.md (a model-card section) and\n"
+                    "branch_weights.json.",
         epilog="Examples:\n"
                "  pasu branches models/branchformer --corpus data/corpus-full --split dev --utterances 200 "
                "--out exp/branchformer/branches --card\n"

@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", type=Path, default=shipped_model("device"), help="device model folder")
     p.add_argument("--cloud-model", type=Path, default=shipped_model("cloud"),
                    help="cloud model folder (default: the shipped cloud model; the device model if none)")
-    p.add_argument("--utterances", type=int, default=DemoOptions.utterances)
+    p.add_argument("--utterances", type=int, default=DemoOptions.utterances,
+                   help=f"sample commands to run (default {DemoOptions.utterances})")
     p.add_argument("--threshold", type=float, default=DemoOptions.threshold, help="PPL offload threshold")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")

@@ -1,4 +1,8 @@
-"""Settings every test shares."""
+"""Settings and checks every test shares."""
+
+import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,3 +15,42 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# --- Shipped configuration files (device/agent.yaml, cloud/server.yaml) ------------------------------------
+
+_YAML_KEY = re.compile(r"^(\s*)([A-Za-z_]\w*):")
+
+
+@pytest.fixture
+def template_problems():
+    """problems(path, defaults): how a shipped config YAML falls short of documenting `defaults` (a dataclass
+    instance): keys that are no field, fields with no key, keys with no comment (on their line or just above)."""
+    return _template_problems
+
+
+def _template_problems(path: Path, defaults: object) -> list[str]:
+    keys, problems = set(), []
+    parents: list[tuple[int, str]] = []  # (indent, key) of the enclosing keys
+    previous = ""
+    for line in path.read_text().splitlines():
+        if match := _YAML_KEY.match(line):
+            indent, key = len(match[1]), match[2]
+            parents = [p for p in parents if p[0] < indent] + [(indent, key)]
+            name = ".".join(k for _, k in parents)
+            keys.add(name)
+            if "#" not in line and not previous.lstrip().startswith("#"):
+                problems.append(f"{name}: no comment")
+        previous = line if line.strip() else previous
+    fields = set(_field_names(defaults))
+    return (problems + [f"{k}: no such field" for k in sorted(keys - fields)]
+            + [f"{f}: missing" for f in sorted(fields - keys)])
+
+
+def _field_names(obj: object, prefix: str = ""):
+    """Dotted names of a dataclass instance's fields, nested sections and their fields included."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        yield prefix + f.name
+        if dataclasses.is_dataclass(value):
+            yield from _field_names(value, f"{prefix}{f.name}.")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
+import shlex
 
 import pytest
 
-from pasu.cli import configure_logging
+from pasu.cli import build_parser, configure_logging
 
 
 @pytest.fixture
@@ -23,3 +25,52 @@ def test_decoded_hypotheses_stay_out_of_info_logs(espnet_level):
     assert not beam_search.isEnabledFor(logging.INFO)
     configure_logging(verbose=True)
     assert beam_search.isEnabledFor(logging.INFO)
+
+
+# --- Help: every command says what it does and shows how --------------------------------------------------
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(path, parser, help line) of every subcommand, depth first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield (*path, name), sub, helps.get(name)
+                yield from _commands(sub, (*path, name))
+
+
+def _examples(help_text: str) -> list[list[str]]:
+    """The `pasu ...` command lines after the first `Example:` / `Examples:` (continuations joined)."""
+    _, found, examples = help_text.partition("\nExample")
+    assert found, "no Example: line"
+    lines = examples.replace("\\\n", " ").splitlines()
+    lines[0] = lines[0].partition(":")[2]
+    return [shlex.split(line, comments=True) for line in lines if line.strip().startswith("pasu ")]
+
+
+COMMANDS = list(_commands(build_parser()))
+
+
+def test_the_tree_is_walked():
+    names = {" ".join(path) for path, _, _ in COMMANDS}
+    assert {"device", "device run", "cloud serve", "bench report", "corpus build", "train"} <= names
+
+
+@pytest.mark.parametrize("path, parser, help_line", COMMANDS, ids=[" ".join(c[0]) for c in COMMANDS])
+def test_every_command_has_help_and_a_working_example(path, parser, help_line, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # the terminal width help is wrapped to
+    assert help_line, "no help line in the parent's command list"
+    options = [action for action in parser._actions if not isinstance(action, argparse._SubParsersAction)]
+    assert [action.dest for action in options if not action.help] == [], "options without help"
+    examples = _examples(parser.format_help())
+    assert any(example[1 : 1 + len(path)] == list(path) for example in examples), f"no `pasu {' '.join(path)}` example"
+    for example in examples:
+        try:
+            build_parser().parse_args(example[1:])  # the example is a valid command line
+        except SystemExit:
+            pytest.fail(f"example does not parse: {shlex.join(example)}")
+
+
+def test_pasu_help_has_an_example():
+    assert _examples(build_parser().format_help())

@@ -10,6 +10,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="run a benchmark and print its figures",
         description="Benchmarks: each prints its figures and writes a JSON result (see `pasu bench report`).",
+        epilog="Example: pasu bench local --corpus data/corpus-full --utterances 100 --out bench/local.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
     for register_bench in _registrars():

@@ -267,7 +267,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
                         help="extra `pasu cloud serve` flag (repeatable), e.g. --server-arg=--max-queue=8")
     parser.add_argument("--warmup", type=int, default=1000, help="answered requests before the RSS baseline")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the utterance and call-kind choices (0)")
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     parser.set_defaults(run=_run)
 

@@ -177,7 +177,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                "--models models/shipped/device models/shipped/baseline_branchformer --out bench/local.json")
     p.add_argument("--corpus", type=Path, required=True, help="corpus folder (test.jsonl, test_unseen.jsonl)")
     p.add_argument("--models", type=Path, nargs="+", default=[shipped_model("device")], help="model folders")
-    p.add_argument("--splits", nargs="+", default=["test", "test_unseen"])
+    p.add_argument("--splits", nargs="+", default=["test", "test_unseen"],
+                   help="corpus manifests to replay (default: test test_unseen)")
     p.add_argument("--utterances", type=int, default=500, help="fixed random subset per split (0: all)")
     p.add_argument("--configs", nargs="+", default=None, help="subset of configurations (default: all)")
     p.add_argument("--no-whisper", action="store_true", help="skip the faster-whisper row")

@@ -14,13 +14,14 @@ SPLITS_HELP = ("train", "dev", "test", "test_unseen")
 
 def register(sub: argparse._SubParsersAction) -> None:
     corpus = sub.add_parser("corpus", help="build the synthetic SLURP-style speech corpus",
-                            description="Build and inspect the synthetic SLURP-style speech corpus.")
+                            description="Build and inspect the synthetic SLURP-style speech corpus.",
+                            epilog="Example: pasu corpus build --preset tiny --out data/corpus-tiny")
     csub = corpus.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
 
     build = csub.add_parser(
         "build", help="render text with TTS voices, augment, write manifests (resumable)",
-        description="Render SLURP/HWU64 sentences with several TTS engines and voices, augment them with noise, "
-                    "reverberation and speed changes, and write 16 kHz FLAC files and JSONL manifests for the "
+        description="Render SLURP/HWU64 sentences with several TTS engines and voices, augment them with noise,\n"
+                    "reverberation and speed changes, and write 16 kHz FLAC files and JSONL manifests for the\n"
                     "train, dev, test and test_unseen splits. Re-running with the same --out resumes.",
         epilog="Examples:\n  pasu corpus build --preset tiny --out data/corpus-tiny\n"
                "  pasu corpus build --preset tiny --samples --out /tmp/c   # the project's own sample text\n"

@@ -1,4 +1,4 @@
-"""The server's parts on their own: config loading and flags, token checks, the micro-batcher's rules."""
+"""The server's parts on their own: token checks, the micro-batcher's rules (the config: test_config.py)."""
 
 from __future__ import annotations
 
@@ -8,40 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from pasu.cli import build_parser
 from pasu.cloud.auth import bearer_token, token_matches
 from pasu.cloud.batching import BatchingOptions, DeadlineExpired, MicroBatcher, QueueFull
-from pasu.cloud.cli import config_from_args
-from pasu.cloud.config import ServerConfig, TlsConfig, config_from_dict, load_config
-from pasu.models.recognizer import DecodingOptions
-
-# --- Config -----------------------------------------------------------------------------------------------
-
-
-def test_yaml_then_flags(tmp_path):
-    (tmp_path / "tokens").write_text("# devices\nalpha\n\nbeta\n")
-    (tmp_path / "cloud.yaml").write_text(
-        "port: 6000\nmax_queue: 4\ndecoding: {beam_size: 12}\n"
-        f"tls: {{cert: a.pem, key: a.key}}\nauth_token_file: {tmp_path / 'tokens'}\n")
-    config = load_config(tmp_path / "cloud.yaml")
-    assert (config.port, config.max_queue, config.decoding.beam_size) == (6000, 4, 12)
-    assert config.decoding.ctc_weight == DecodingOptions().ctc_weight  # untouched fields keep defaults
-    assert config.tls == TlsConfig(cert="a.pem", key="a.key") and config.tokens() == ("alpha", "beta")
-
-    args = build_parser().parse_args(["cloud", "serve", "--model", "m", "--config", str(tmp_path / "cloud.yaml"),
-                                      "--port", "7000", "--tls-client-ca", "ca.pem", "--beam-size", "4"])
-    config = config_from_args(args)
-    assert (config.port, config.max_queue, config.decoding.beam_size) == (7000, 4, 4)  # flags win, rest stays
-    assert config.tls == TlsConfig(cert="a.pem", key="a.key", client_ca="ca.pem")
-
-
-def test_unknown_keys_are_errors():
-    with pytest.raises(ValueError, match="max_queu"):
-        config_from_dict({"max_queu": 3})
-    with pytest.raises(ValueError, match="beam"):
-        config_from_dict({"decoding": {"beam": 3}})
-    assert config_from_dict({}) == ServerConfig()
-
 
 # --- Auth -------------------------------------------------------------------------------------------------
 

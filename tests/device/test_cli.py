@@ -1,0 +1,80 @@
+"""`pasu device run`: --config, then the flags given."""
+
+from __future__ import annotations
+
+import pytest
+
+from pasu.cli import build_parser
+from pasu.device.cli import DEFAULT_CONFIG, config_from_args
+from pasu.device.config import DeviceConfig
+
+
+@pytest.fixture(scope="module")
+def parser():
+    return build_parser()
+
+
+@pytest.fixture
+def agent_yaml(tmp_path):
+    path = tmp_path / "agent.yaml"
+    path.write_text("agent: {pilot: {enabled: false, interval_seconds: 2.0}}\n"
+                    "routing: {cloud: ['a:1'], policy: all, threshold: 5.0}\n")
+    return path
+
+
+def test_the_default_config_is_the_shipped_file(parser, capsys):
+    args = parser.parse_args(["device", "run", "--audio", "x.wav"])
+    assert args.config == DEFAULT_CONFIG and DEFAULT_CONFIG.is_file()
+    assert config_from_args(args) == DeviceConfig()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["device", "run", "--help"])
+    assert f"  {DEFAULT_CONFIG}\n" in capsys.readouterr().out  # the help says where it is
+
+
+def test_yaml_then_flags(parser, agent_yaml):
+    config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--config", str(agent_yaml)]))
+    pilot, routing = config.agent.pilot, config.routing
+    assert (pilot.enabled, pilot.interval_seconds) == (False, 2.0)
+    assert (routing.cloud, routing.policy, routing.threshold) == (("a:1",), "all", 5.0)
+
+    config = config_from_args(parser.parse_args(
+        ["device", "run", "--audio", "x.wav", "--config", str(agent_yaml),
+         "--pilots", "--tau", "0.5", "--cloud", "b:2,c:3", "--policy", "ppl"]))
+    pilot, routing = config.agent.pilot, config.routing
+    assert (pilot.enabled, pilot.interval_seconds) == (True, 0.5)  # flags win
+    assert (routing.cloud, routing.policy, routing.threshold) == (("b:2", "c:3"), "ppl", 5.0)  # the rest stays
+    assert pilot.search == DeviceConfig().agent.pilot.search
+
+    config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--no-pilots"]))
+    assert not config.agent.pilot.enabled
+
+
+def test_a_bad_config_fails_before_anything_runs(parser, tmp_path, capsys):
+    (tmp_path / "agent.yaml").write_text("agent: {pilot: {tua: 0.5}}\n")
+    args = parser.parse_args(["device", "run", "--audio", "missing.wav", "--config", str(tmp_path / "agent.yaml"),
+                              "--model", str(tmp_path / "no-model")])
+    assert args.run(args) == 2
+    assert "agent.pilot: unknown keys ['tua']" in capsys.readouterr().err
+
+
+def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_support, speech_like):
+    import json
+
+    import soundfile
+
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
+    (tmp_path / "agent.yaml").write_text(  # nothing listens on port 9: every offload falls back
+        "agent: {cloud_deadline_s: 0.3, pilot: {enabled: false}}\nrouting: {cloud: ['127.0.0.1:9'], policy: all}\n")
+    command = ["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
+               "--config", str(tmp_path / "agent.yaml"), "--json"]
+
+    def run(*flags: str) -> dict:
+        args = parser.parse_args([*command, *flags])
+        assert args.run(args) == 0
+        return json.loads(capsys.readouterr().out)
+
+    result = run()
+    assert (result["route"], result["pilots"]) == ("fallback", 0)
+    result = run("--pilots", "--policy", "on-device")
+    assert result["route"] == "local" and result["pilots"] > 0
