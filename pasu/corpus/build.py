@@ -72,7 +72,7 @@ def build_corpus(opts: BuildOptions) -> dict:
 
     _render_babble(out, plan, opts.seed)
     planned = _shards(plan)
-    shards = _renderable([s for s in planned if s.jobs[0].split in opts.splits])
+    shards, skipped = _renderable([s for s in planned if s.jobs[0].split in opts.splits])
     todo = [s for s in shards if not _shard_done(out, s)]
     log.info("%d shards, %d to render (%d utterances)", len(shards), len(todo), sum(len(s.jobs) for s in todo))
     _run_shards(todo, out, opts)
@@ -81,7 +81,7 @@ def build_corpus(opts: BuildOptions) -> dict:
 
     from pasu.corpus.report import write_report  # matplotlib is heavy: import only at the end
 
-    return write_report(out, plan, build_seconds=time.perf_counter() - started)
+    return write_report(out, plan, build_seconds=time.perf_counter() - started, skipped_voices=skipped)
 
 
 def _check_or_write_build_info(out: Path, opts: BuildOptions, plan: Plan, text_summary: dict) -> None:
@@ -121,14 +121,15 @@ def _safe(voice_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in voice_id)
 
 
-def _renderable(shards: Sequence[Shard]) -> list[Shard]:
-    """The shards whose voice is installed; the others are named once and left for another run."""
+def _renderable(shards: Sequence[Shard]) -> tuple[list[Shard], list[str]]:
+    """(shards whose voice is installed, voices that are not); the others are named once and left for
+    another run."""
     missing = sorted({s.jobs[0].voice_id for s in shards if not tts.is_installed(tts.voice_by_id(s.jobs[0].voice_id))})
     if missing:
         skipped = sum(len(s.jobs) for s in shards if s.jobs[0].voice_id in missing)
         log.warning("%d planned voices are not installed here; their %d utterances are skipped: %s",
                     len(missing), skipped, ", ".join(missing))
-    return [s for s in shards if s.jobs[0].voice_id not in missing]
+    return [s for s in shards if s.jobs[0].voice_id not in missing], missing
 
 
 def _shard_done(out: Path, shard: Shard) -> bool:

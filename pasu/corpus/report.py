@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Sequence
 
 import matplotlib
 
@@ -45,12 +46,13 @@ def summarize(out: Path) -> dict:
     }
 
 
-def write_report(out: Path, plan: Plan, build_seconds: float) -> dict:
+def write_report(out: Path, plan: Plan, build_seconds: float, skipped_voices: Sequence[str] = ()) -> dict:
     """Write report.json, report.md and snr_hist.png into the corpus folder; return the report."""
     report = summarize(out)
     report["preset"] = plan.preset.name
     report["voices"] = {"seen": list(plan.seen_voices), "unseen": list(plan.unseen_voices),
-                        "total": len(plan.seen_voices) + len(plan.unseen_voices)}
+                        "total": len(plan.seen_voices) + len(plan.unseen_voices),
+                        "not_installed": list(skipped_voices)}
     report["build_seconds"] = round(build_seconds, 1)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     (out / "report.md").write_text(to_markdown(report))
@@ -70,6 +72,9 @@ def to_markdown(report: dict) -> str:
         f"{k}: {v}" for k, v in report["snr_histogram_db"].items()),
         f"Render failures: {report['render_failures']}", "",
         "Held-out voices: " + ", ".join(report["voices"]["unseen"]), ""]
+    if report["voices"].get("not_installed"):
+        lines += ["Planned voices not installed here (their utterances are skipped; a build where they are "
+                  "installed fills them in): " + ", ".join(report["voices"]["not_installed"]), ""]
     return "\n".join(lines)
 
 

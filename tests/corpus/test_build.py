@@ -78,17 +78,39 @@ def test_a_different_preset_in_the_same_folder_is_refused(tiny):
     assert "another preset" in proc.stderr
 
 
-def test_a_voice_that_cannot_render_is_reported_and_the_build_goes_on(tmp_path):
+def test_a_voice_that_is_not_installed_is_skipped_and_named(tmp_path):
     preset = replace(PRESETS["tiny"], train_utterances=12, dev_sentences=3, test_sentences=3, babble_clips=2,
                      min_unseen_voices=1)
     voices = ("espeak:en-us+m1", "espeak:en-gb+f2", "espeak:en-us+f3", "festival:no_such_voice")
     report = build_corpus(BuildOptions(preset, samples_dir(), tmp_path / "c", workers=1, voices=voices))
-    assert report["render_failures"] > 0
-    assert set(report["render_failures_by_voice"]) == {"festival:no_such_voice"}
+    assert report["voices"]["not_installed"] == ["festival:no_such_voice"]
+    assert "festival:no_such_voice" in (tmp_path / "c" / "report.md").read_text()
+    assert sum(s["utterances"] for s in report["splits"].values()) > 0
     for split in SPLITS:
         for row in read_manifest(tmp_path / "c" / f"{split}.jsonl"):
             assert row["voice"] != "festival:no_such_voice"
             assert (tmp_path / "c" / row["audio"]).exists()
+
+
+def test_a_sentence_a_voice_cannot_render_is_reported_and_the_build_goes_on(tmp_path, monkeypatch):
+    from pasu.corpus import tts
+
+    render_many = tts.Renderer.render_many
+
+    def failing_on_alarms(self, items):  # an engine error on some sentences, as a crashing TTS gives
+        out = render_many(self, items)
+        texts = [i.text if isinstance(i, tts.RenderItem) else i[0] for i in items]
+        return [tts.TTSError("engine crashed") if "alarm" in t else a for t, a in zip(texts, out)]
+
+    monkeypatch.setattr(tts.Renderer, "render_many", failing_on_alarms)
+    preset = replace(PRESETS["tiny"], train_utterances=12, dev_sentences=3, test_sentences=3, babble_clips=2,
+                     min_unseen_voices=1)
+    voices = ("espeak:en-us+m1", "espeak:en-gb+f2", "espeak:en-us+f3")
+    report = build_corpus(BuildOptions(preset, samples_dir(), tmp_path / "c", workers=1, voices=voices))
+    rows = [r for split in SPLITS for r in read_manifest(tmp_path / "c" / f"{split}.jsonl")]
+    assert report["render_failures"] > 0 and rows
+    assert all("alarm" not in r["text"] for r in rows)
+    assert all(e["error"] == "engine crashed" for e in report["failure_examples"])
 
 
 def test_missing_shared_data_gives_a_clear_message(tmp_path):
