@@ -71,8 +71,13 @@ def package_model(
             "weights": weights if (exp_dir / weights).exists() else "checkpoint.pt",
             "steps": summary.get("steps"),
             "averaged_steps": summary.get("averaged_steps"),
-            "corpus": run.get("corpus"),
+            "corpus": _repo_relative(run.get("corpus")),
+            "corpus_summary": _corpus_summary(run.get("corpus")),  # read where training ran
             "command": run.get("command"),
+            "train_seconds": summary.get("train_seconds"),
+            "seconds_per_step": summary.get("seconds_per_step"),
+            "epoch": summary.get("epoch"),
+            "final_dev": summary.get("final_dev"),
             "options": {k: v for k, v in resolved.items() if k != "model"},
         },
     }
@@ -126,6 +131,27 @@ def _experiment_weights(exp_dir: Path, weights: str) -> dict[str, torch.Tensor]:
     return torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
 
 
+def _repo_relative(path: str | None) -> str | None:
+    """A path inside the repository as repository-relative (model cards travel with the repository)."""
+    from pasu.settings import REPO_ROOT
+
+    if path is None:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return path
+
+
+def _corpus_summary(corpus: str | None) -> dict[str, Any] | None:
+    """Utterances, hours and voices per split, from the corpus's report.json (None when it is not there)."""
+    report = _read_json(Path(corpus) / "report.json") if corpus else None
+    if not report:
+        return None
+    return {split: {k: v for k, v in s.items() if k in ("utterances", "hours", "voices", "sentences")}
+            for split, s in report.get("splits", {}).items()}
+
+
 def _read_json(path: str | os.PathLike | None) -> Any:
     if path is None or not Path(path).exists():
         return None
@@ -136,7 +162,7 @@ def _read_json(path: str | os.PathLike | None) -> Any:
 
 
 def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = None) -> str:
-    """README.md skeleton: architecture, parameters, training data and recipe, results table."""
+    """README.md: architecture, parameters, streaming share, training data and recipe, results, limitations."""
     m, t = config["model"], config["training"]
     opts = t.get("options", {})
     lines = [
@@ -155,13 +181,18 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         f"| decoder | transformer {json.dumps(m.get('decoder_conf', {}))} |",
         f"| vocabulary | {len(m['token_list'])} tokens (sentencepiece + intent and slot symbols) |",
         f"| parameters | {_parameter_line(model)} |",
+        f"| encoder FLOPs run during ingestion | {_ingestion_line(model)} |",
         "",
         "## Training data",
         "",
-        f"- corpus: `{t.get('corpus') or 'TODO'}` (split `{opts.get('data', {}).get('train_split', 'train')}`)",
-        f"- steps: {t.get('steps')}; weights: `{t.get('weights')}` (averaged steps: {t.get('averaged_steps')})",
+        f"- corpus: `{t.get('corpus') or 'unknown'}` (split `{opts.get('data', {}).get('train_split', 'train')}`)",
+        *_corpus_lines(t.get("corpus_summary")),
         "",
-        "## Recipe",
+        "## Training",
+        "",
+        *_training_lines(t),
+        "",
+        "Recipe:",
         "",
         "```",
         t.get("command") or "pasu train --config CONFIG.yaml --corpus CORPUS --out EXPDIR",
@@ -171,17 +202,48 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         "",
         *results_table(results),
         "",
+        "WER and SLU-F1 as the SLURP paper defines them (`pasu.metrics`); IC = intent accuracy. `pasu eval` decodes",
+        "with ESPnet's beam search (beam and CTC weight in the results file).",
+        "",
         "## Files",
         "",
-        "`config.yaml` (rebuild: `pasu.models.package.load_packaged`), `model.pt` (state dict, float16 parameters),",
-        "`tokenizer.model` (sentencepiece).",
+        "`config.yaml` (rebuild: `pasu.models.package.load_packaged`; ESPnet: `pasu.models.espnet_compat.speech2text`),",
+        "`model.pt` (state dict, float16 parameters), `tokenizer.model` (sentencepiece).",
         "",
         "## Limitations",
         "",
-        "TODO: trained on synthetic (TTS) speech; accuracy on real voices is lower.",
+        "Trained on synthetic (TTS) speech with added noise and reverberation: accuracy on real voices is lower.",
+        "English only, SLURP's label set; the tokenizer fixes the intents and slot types it can emit.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _ingestion_line(model: ESPnetASRModel) -> str:
+    from pasu.models.flops import ingestion_fraction
+
+    share = {s: ingestion_fraction(model.encoder, s) for s in (3.0, 5.0)}
+    return ", ".join(f"{100 * v:.1f}% at {s:g} s" for s, v in share.items()) + " (`pasu.models.flops`)"
+
+
+def _corpus_lines(summary: Mapping[str, Any] | None) -> list[str]:
+    if not summary:
+        return []
+    return [f"- {split}: {s.get('utterances', 0):,} utterances, {s.get('hours', 0):.2f} h, {s.get('voices', 0)} "
+            f"voices, {s.get('sentences', 0):,} sentences" for split, s in summary.items() if s.get("utterances")]
+
+
+def _training_lines(t: Mapping[str, Any]) -> list[str]:
+    lines = [f"- steps: {t.get('steps')} (epoch {t.get('epoch')}); weights: `{t.get('weights')}` "
+             f"(averaged steps: {t.get('averaged_steps')})"]
+    if t.get("train_seconds"):
+        lines.append(f"- wall time: {t['train_seconds'] / 3600:.2f} h, {t.get('seconds_per_step') or 0:.2f} s per "
+                     f"step in the last run")
+    if dev := t.get("final_dev"):
+        lines.append(f"- last dev evaluation ({dev.get('n')} utterances, CTC greedy): WER {100 * dev['wer']:.1f}%, "
+                     f"IC {100 * dev['intent_accuracy']:.1f}%, SLU-F1 {100 * dev['slu_f1']:.1f}%, "
+                     f"decoder accuracy {100 * dev['acc']:.1f}%")
+    return lines
 
 
 def _parameter_line(model: ESPnetASRModel) -> str:
