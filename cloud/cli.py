@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "lists every field at its default with its comment: copy it, keep what you change.",
         epilog="Examples:\n"
                "  pasu cloud serve --model models/shipped/cloud --port 50051\n"
+               "  pasu cloud serve --model models/shipped/cloud --text-intent exp/text_intent  # another classifier\n"
                "  pasu cloud serve --model models/shipped/cloud --config my-server.yaml --host 0.0.0.0 \\\n"
                "      --tls-cert server.pem --tls-key server.key --token-file tokens.txt\n"
                "  grpcurl -plaintext 127.0.0.1:50051 list            # reflection\n"
@@ -54,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--threads", type=int, default=None, help="torch threads for inference")
     serve.add_argument("--grace", type=float, default=None, help="seconds in-flight requests get on SIGTERM")
     serve.add_argument("--log-content", action="store_true", help="log transcripts (debug only)")
+    serve.add_argument("--text-intent", default=None, metavar="DIR",
+                       help="second pass: this `pasu text-intent train` folder re-reads each transcript and answers "
+                            "the intent (default: models/shipped/text_intent when it exists)")
+    serve.add_argument("--no-text-intent", action="store_true", help="no text second pass: the recognizer's intent")
     serve.set_defaults(run=_serve)
 
 
@@ -77,9 +82,11 @@ def config_from_args(args: argparse.Namespace):
         max_batch_wait_ms=args.max_batch_wait_ms, max_queue=args.max_queue,
         max_audio_seconds=args.max_audio_seconds, max_streams_per_client=args.max_streams_per_client,
         auth_token_file=args.token_file, shutdown_grace_s=args.grace,
-        log_content=args.log_content or None, tls=tls, decoding=decoding)
+        log_content=args.log_content or None, tls=tls, decoding=decoding, text_intent=args.text_intent)
     if args.no_metrics:
         config = dataclasses.replace(config, metrics_port=None)
+    if args.no_text_intent:
+        config = dataclasses.replace(config, text_intent=None)
     return config
 
 
@@ -93,6 +100,7 @@ def _serve(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning, module="espnet2.asr.espnet_model")
     try:
         config = config_from_args(args)
+        config.text_intent_folder()  # a classifier folder that is not there stops us before the model loads
     except (OSError, ValueError) as error:  # a missing file, an unknown key, a wrong value
         raise SystemExit(f"error: {error}") from None
     configure_logging(debug=args.verbose)

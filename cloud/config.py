@@ -9,6 +9,7 @@ field at its default, with its comment; a file of your own needs only what it ch
     decoding: {beam_size: 10, ctc_weight: 0.3}
     tls: {cert: server.pem, key: server.key, client_ca: ca.pem}
     auth_token_file: /run/secrets/pasu-tokens
+    text_intent: null      # no text second pass (default: auto, the shipped classifier when present)
 
 Tokens are never written in the YAML itself: `auth_token_file` names a file with one token per line.
 """
@@ -24,6 +25,9 @@ from typing import Any
 
 from pasu.config import from_dict, load_yaml
 from pasu.models.recognizer import DecodingOptions
+from pasu.settings import shipped_model
+
+AUTO = "auto"  # text_intent: the shipped classifier when there is one
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,11 @@ class ServerConfig:
     shutdown_grace_s: float = 10.0  # on SIGTERM: stop accepting, let in-flight requests finish for this long
     log_content: bool = False  # log transcripts and pilot hypotheses (debug only: user speech content)
 
+    # Second pass: a text classifier re-reads each transcript and its intent replaces the recognizer's
+    # (models/text_intent.py; the rule is TextIntentPass's in models/recognizer.py). A `pasu text-intent train`
+    # folder; "auto": models/shipped/text_intent when it exists, else no second pass; None: no second pass.
+    text_intent: str | None = AUTO
+
     decoding: DecodingOptions = field(default_factory=DecodingOptions)  # the recognizer's beam search
 
     def tokens(self) -> tuple[str, ...]:
@@ -84,6 +93,18 @@ class ServerConfig:
             lines = Path(self.auth_token_file).read_text().splitlines()
             tokens += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
         return tuple(tokens)
+
+    def text_intent_folder(self) -> Path | None:
+        """The second pass's classifier folder, or None for none; FileNotFoundError for a folder that is not there."""
+        if self.text_intent is None:
+            return None
+        if self.text_intent == AUTO:
+            shipped = shipped_model("text_intent")
+            return shipped if shipped.is_dir() else None
+        folder = Path(self.text_intent)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"text_intent: no classifier folder {folder} (`pasu text-intent train --out`)")
+        return folder
 
     def replace(self, **changes: Any) -> ServerConfig:
         """A copy with `changes`; `None` values are ignored (an absent command-line flag)."""

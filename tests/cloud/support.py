@@ -190,7 +190,7 @@ class CliServer:
     def __init__(self, folder: Path, *flags: str, timeout: float = 60.0):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pasu.cli", "cloud", "serve", "--model", str(folder), "--port", "0",
-             "--no-metrics", "--threads", "1", *flags],
+             "--no-metrics", "--threads", "1", "--no-text-intent", *flags],
             stderr=subprocess.PIPE, text=True, env={**os.environ, "GRPC_VERBOSITY": "ERROR"})
         self.lines: list[str] = []
         self.serving: dict = {}

@@ -87,7 +87,8 @@ def test_bad_audio_gets_a_clear_error(tiny_model):
 
 @pytest.fixture(scope="module")
 def cloud(cloud_support):
-    server = ServerThread(cloud_support.tiny_recognizer("cloud-tiny"), ServerConfig(port=0, metrics_port=None))
+    config = ServerConfig(port=0, metrics_port=None, text_intent=None)  # the recognizer's own answers
+    server = ServerThread(cloud_support.tiny_recognizer("cloud-tiny"), config)
     server.start()
     client = CloudClient(f"127.0.0.1:{server.port}", deadline_s=5.0)
     yield server, client

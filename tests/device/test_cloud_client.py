@@ -46,7 +46,8 @@ def start_server():
     started = []
 
     def start(recognizer=None, **config):
-        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, **config}
+        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, "text_intent": None,
+                  **config}
         server = ServerThread(recognizer or support.tiny_recognizer(), ServerConfig(**config)).start()
         started.append(server)
         return server

@@ -32,7 +32,8 @@ def start_server(cloud_support):
     started = []
 
     def start(recognizer=None, **config):
-        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, **config}
+        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, "text_intent": None,
+                  **config}
         server = ServerThread(recognizer or cloud_support.tiny_recognizer(), ServerConfig(**config)).start()
         started.append(server)
         return server

