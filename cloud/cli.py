@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="Examples:\n"
                "  pasu cloud serve --model models/shipped/cloud --port 50051\n"
                "  pasu cloud serve --model models/shipped/cloud --text-intent exp/text_intent  # another classifier\n"
+               "  pasu cloud serve --model models/shipped/device --lm models/shipped/lm --lm-weight 0.3  # with an LM\n"
                "  pasu cloud serve --model models/shipped/cloud --config my-server.yaml --host 0.0.0.0 \\\n"
                "      --tls-cert server.pem --tls-key server.key --token-file tokens.txt\n"
                "  grpcurl -plaintext 127.0.0.1:50051 list            # reflection\n"
@@ -53,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--beam-size", type=int, default=None, help="beam search width")
     serve.add_argument("--ctc-weight", type=float, default=None, help="CTC weight in joint decoding")
     serve.add_argument("--threads", type=int, default=None, help="torch threads for inference")
+    serve.add_argument("--lm", default=None, metavar="DIR",
+                       help="shallow fusion with this `pasu lm train` folder (over the model's token list)")
+    serve.add_argument("--lm-weight", type=float, default=None, help="LM weight in joint decoding (default 0.3)")
     serve.add_argument("--grace", type=float, default=None, help="seconds in-flight requests get on SIGTERM")
     serve.add_argument("--log-content", action="store_true", help="log transcripts (debug only)")
     serve.add_argument("--text-intent", default=None, metavar="DIR",
@@ -75,7 +79,8 @@ def config_from_args(args: argparse.Namespace):
         if not (tls.cert and tls.key):
             raise SystemExit("TLS needs both --tls-cert and --tls-key (or tls.cert and tls.key in the config)")
     decoding = dataclasses.replace(config.decoding, **{k: v for k, v in {
-        "beam_size": args.beam_size, "ctc_weight": args.ctc_weight, "num_threads": args.threads}.items()
+        "beam_size": args.beam_size, "ctc_weight": args.ctc_weight, "num_threads": args.threads,
+        "lm": args.lm, "lm_weight": args.lm_weight}.items()
         if v is not None})
     config = config.replace(
         host=args.host, port=args.port, metrics_port=args.metrics_port, max_batch_size=args.max_batch_size,
@@ -104,5 +109,8 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:  # a missing file, an unknown key, a wrong value
         raise SystemExit(f"error: {error}") from None
     configure_logging(debug=args.verbose)
-    recognizer = EspnetRecognizer.from_folder(args.model, config.decoding)
+    try:
+        recognizer = EspnetRecognizer.from_folder(args.model, config.decoding)
+    except (OSError, ValueError) as error:  # e.g. no LM folder there, or an LM over another token list
+        raise SystemExit(f"error: {error}") from None
     return serve(recognizer, config)

@@ -50,7 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     evaluate = sub.add_parser(
         "eval", help="decode corpus splits with a model folder; print and save WER, intent accuracy, SLU-F1",
-        epilog="Example: pasu eval models/device --corpus data/corpus-full --limit 500 --out exp/device/eval.json",
+        epilog="Examples:\n"
+               "  pasu eval models/device --corpus data/corpus-full --limit 500 --out exp/device/eval.json\n"
+               "  pasu eval models/shipped/device --corpus data/corpus-full --splits test_unseen --limit 500 "
+               "--beam 10 --lm models/shipped/lm --lm-weight 0.3   # the cloud configuration",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     evaluate.add_argument("model_dir", type=Path, help="a packaged model folder")
     evaluate.add_argument("--corpus", type=Path, required=True, help="corpus folder with <split>.jsonl")
@@ -59,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--beam", type=int, default=5, help="beam size (default: 5, the paper's full decode)")
     evaluate.add_argument("--ctc-weight", type=float, default=0.3, help="CTC weight (default: 0.3)")
     evaluate.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    evaluate.add_argument("--lm", type=Path, default=None, metavar="DIR",
+                          help="shallow fusion with this `pasu lm train` folder (default: no LM)")
+    evaluate.add_argument("--lm-weight", type=float, default=0.3, help="LM weight with --lm (default: 0.3)")
     evaluate.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     evaluate.set_defaults(run=_evaluate)
 
@@ -99,6 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     branches.set_defaults(run=_branches)
 
     _register_text_intent(sub)
+    _register_lm(sub)
 
 
 def _register_text_intent(sub: argparse._SubParsersAction) -> None:
@@ -178,7 +185,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     opts = EvalOptions(splits=tuple(s for s in args.splits.split(",") if s), limit=args.limit,
                        decoding=DecodingOptions(beam_size=args.beam, ctc_weight=args.ctc_weight,
-                                                num_threads=args.threads))
+                                                num_threads=args.threads, lm=str(args.lm) if args.lm else None,
+                                                lm_weight=args.lm_weight))
     results = evaluate_model(args.model_dir, args.corpus, opts)
     if args.out:
         write_results(results, args.out)
@@ -244,4 +252,79 @@ def _text_intent_predict(args: argparse.Namespace) -> int:
     classifier = TextIntentClassifier.load(args.model or shipped_model("text_intent"))
     for text, guess in zip(args.texts, classifier.predict(args.texts)):
         print(f"{guess.intent}\t{guess.probability:.3f}\t{text}")
+    return 0
+
+
+def _register_lm(sub: argparse._SubParsersAction) -> None:
+    from pasu.models.lm import LmConfig  # for the defaults in the help
+
+    lm = sub.add_parser(
+        "lm", help="token-level language models for shallow fusion in the cloud's beam search",
+        epilog="Example: pasu lm train --model models/shipped/device --corpus data/corpus-full --exp exp/lm "
+               "--out models/shipped/lm",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = lm.add_subparsers(dest="lm_command", metavar="COMMAND", required=True)
+    train = commands.add_parser(
+        "train", help="train an LSTM LM over an ASR model's tokenizer on target strings (resumable), then package it",
+        description="Train ESPnet's SequentialRNNLM on the target strings (intent, words, slot markup) of a corpus's\n"
+                    "training rows, tokenized by the ASR model's own tokenizer, with the dev perplexity after each\n"
+                    "epoch; then write the LM folder (config, float16 weights of the lowest dev perplexity,\n"
+                    "tokenizer, model card). Running the same command again resumes from EXPDIR/checkpoint.pt.\n"
+                    "Decode with it: pasu eval / pasu cloud serve --lm LM_DIR --lm-weight W.",
+        epilog="Examples:\n"
+               "  pasu lm train --model models/shipped/device --corpus data/corpus-full --exp exp/lm "
+               "--out models/shipped/lm\n"
+               "  pasu lm train --model exp/device --corpus data/corpus-full --exp exp/lm --out exp/lm/folder "
+               "--max-minutes 30   # time box; run again to go on\n"
+               "  pasu lm train --model models/shipped/device --corpus extra.txt --dev dev.txt --exp exp/lm-text "
+               "--out exp/lm-text/folder   # one target string (or sentence) per line",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("--model", type=Path, required=True,
+                       help="the ASR model whose tokenizer the LM reads: a packaged folder or a `pasu train` EXPDIR")
+    train.add_argument("--corpus", type=Path, required=True,
+                       help="a corpus folder (its train.jsonl) or a text file with one target string per line")
+    train.add_argument("--dev", type=Path, default=None,
+                       help="dev sentences for the perplexity: corpus folder or text file (default: the corpus's dev)")
+    train.add_argument("--exp", type=Path, required=True, help="training folder (checkpoint, log); reused to resume")
+    train.add_argument("--out", type=Path, required=True, help="LM folder to write")
+    train.add_argument("--name", default=None, help="LM name in its card and model ids (default: --out's name)")
+    for flag, (section, name, kind, what) in _LM_FLAGS.items():
+        default = getattr(getattr(LmConfig(), section), name)
+        shown = "no limit" if default is None else default
+        train.add_argument(flag, type=kind, default=None, help=f"{what} (default: {shown})")
+    train.set_defaults(run=_lm_train)
+
+
+# `pasu lm train` flags that override LmConfig fields: flag -> (section, field, type, help)
+_LM_FLAGS = {
+    "--units": ("lm", "unit", int, "LSTM and embedding width"),
+    "--layers": ("lm", "nlayers", int, "LSTM layers"),
+    "--dropout": ("lm", "dropout_rate", float, "dropout"),
+    "--lr": ("optim", "lr", float, "Adam learning rate"),
+    "--batch-size": ("train", "batch_size", int, "sentences per step"),
+    "--max-epochs": ("train", "max_epochs", int, "stop after this many epochs"),
+    "--max-steps": ("train", "max_steps", int, "stop after this many steps"),
+    "--max-minutes": ("train", "max_minutes", float, "stop after this many minutes of this run"),
+    "--patience": ("train", "patience", int, "stop after this many epochs without a better dev perplexity; 0: never"),
+    "--threads": ("train", "num_threads", int, "torch threads"),
+}
+
+
+def _lm_train(args: argparse.Namespace) -> int:
+    from pasu.models.lm import LmConfig, package_lm, train_lm
+
+    config = LmConfig()
+    given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in _LM_FLAGS}
+    for flag, value in given.items():
+        if value is not None:
+            section, name, _, _ = _LM_FLAGS[flag]
+            config = dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section),
+                                                                                 **{name: value})})
+    flags = [("--model", args.model), ("--corpus", args.corpus), ("--dev", args.dev), ("--exp", args.exp),
+             ("--out", args.out), ("--name", args.name), *given.items()]
+    command = "pasu lm train " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags if v is not None)
+    result = train_lm(args.model, args.corpus, args.exp, config, dev=args.dev, command=command)
+    out = package_lm(args.exp, args.out, name=args.name)
+    print(f"trained {result.steps} steps ({result.epochs} epochs); dev perplexity {result.dev_perplexity:.2f} "
+          f"(step {result.best_step}); wrote {out}")
     return 0

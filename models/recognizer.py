@@ -23,6 +23,7 @@ from espnet.nets.scorer_interface import BatchScorerInterface
 from pasu.metrics import SluResult
 
 if TYPE_CHECKING:
+    from pasu.models.lm import PackagedLm
     from pasu.models.text_intent import TextIntentClassifier
 
 
@@ -56,6 +57,10 @@ class DecodingOptions:
     minlenratio: float = 0.0  # min output tokens = ratio * encoder frames
     ban_slots_unknown: bool = True  # never emit SLOTS_UNKNOWN: it would skip slot markup (see models/targets.py)
     num_threads: int | None = None  # torch intra-op threads for inference; None keeps torch's setting
+    # Shallow fusion: a `pasu lm train` folder whose log-probability of each token, times lm_weight, is added to
+    # the search's scores (ESPnet's `lm` scorer); it must read the ASR model's token list. None: no LM.
+    lm: str | None = None
+    lm_weight: float = 0.3  # the LM's weight next to decoder and CTC (ESPnet's lm_weight); used only with `lm`
 
 
 class _TokenBan(BatchScorerInterface):
@@ -103,6 +108,7 @@ class EspnetRecognizer:
         self.options = options
         self.model_id = model_id
         self.sample_rate = sample_rate
+        self.lm = _load_lm(options, tokenizer.token_list)  # once: every batch builds a new search over it
         if options.num_threads is not None:
             torch.set_num_threads(options.num_threads)
 
@@ -116,7 +122,10 @@ class EspnetRecognizer:
         weights = folder / config.get("weights", "model.pt")
         model_id = f"{config.get('name', folder.name)}@{_digest(weights)}"
         rate = int(config["model"].get("frontend_conf", {}).get("fs", 16000))
-        return cls(model, tokenizer, options, model_id=model_id, sample_rate=rate)
+        recognizer = cls(model, tokenizer, options, model_id=model_id, sample_rate=rate)
+        if recognizer.lm is not None:  # the LM is part of what answered
+            recognizer.model_id += f"+{recognizer.lm.name}@{_digest(recognizer.lm.weights)}"
+        return recognizer
 
     def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
         if not waveforms:
@@ -135,7 +144,7 @@ class EspnetRecognizer:
         return encoded, encoded_lengths.tolist()
 
     def _beam_search(self) -> Any:
-        return espnet_beam_search(self.model, self.tokenizer.token_list, self.options)
+        return espnet_beam_search(self.model, self.tokenizer.token_list, self.options, lm=self.lm)
 
     def _decode_one(self, search: Any, encoded: torch.Tensor) -> Recognition:
         from pasu.models.targets import decode_target
@@ -191,9 +200,11 @@ def banned_token_ids(token_list: Sequence[str], ban_slots_unknown: bool = True) 
     return [token_list.index(SLOTS_UNKNOWN)] if ban_slots_unknown and SLOTS_UNKNOWN in token_list else []
 
 
-def espnet_beam_search(model: Any, token_list: Sequence[str], options: DecodingOptions, batch: bool = True) -> Any:
+def espnet_beam_search(model: Any, token_list: Sequence[str], options: DecodingOptions, batch: bool = True,
+                       lm: PackagedLm | None = None) -> Any:
     """ESPnet's own hybrid CTC/attention search (`BatchBeamSearch`, or `BeamSearch` when not `batch`) over
-    the attention decoder, CTC prefix scorer and length bonus, as ESPnet's `Speech2Text` builds it."""
+    the attention decoder, CTC prefix scorer, length bonus and, when `options.lm` is set, the LM, as ESPnet's
+    `Speech2Text` builds it. `lm`: `options.lm` already loaded (load it once for many searches)."""
     from espnet.nets.batch_beam_search import BatchBeamSearch
     from espnet.nets.beam_search import BeamSearch
     from espnet.nets.scorers.ctc import CTCPrefixScorer
@@ -206,6 +217,13 @@ def espnet_beam_search(model: Any, token_list: Sequence[str], options: DecodingO
         "length_bonus": LengthBonus(vocab),
     }
     weights = {"decoder": 1.0 - options.ctc_weight, "ctc": options.ctc_weight, "length_bonus": options.length_bonus}
+    if options.lm is not None:
+        from pasu.models.lm import check_token_list
+
+        lm = lm or _load_lm(options, token_list)
+        check_token_list(lm, token_list)  # a preloaded one too
+        scorers["lm"] = lm.model.lm  # as Speech2Text: the network inside ESPnetLanguageModel scores
+        weights["lm"] = options.lm_weight  # ESPnet's search drops a scorer of weight 0
     banned = banned_token_ids(token_list, options.ban_slots_unknown)
     if banned:
         scorers["ban"] = _TokenBan(vocab, banned)
@@ -216,6 +234,17 @@ def espnet_beam_search(model: Any, token_list: Sequence[str], options: DecodingO
         sos=model.sos, eos=model.eos, token_list=list(token_list), pre_beam_score_key="full",
     )
     return search.eval()
+
+
+def _load_lm(options: DecodingOptions, token_list: Sequence[str]) -> PackagedLm | None:
+    """The LM that `options.lm` names, checked against the ASR model's token list; None without one."""
+    from pasu.models.lm import check_token_list, load_lm
+
+    if options.lm is None:
+        return None
+    lm = load_lm(options.lm)
+    check_token_list(lm, token_list)
+    return lm
 
 
 def _confidence(hyp: Any) -> float:
