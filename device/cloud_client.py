@@ -191,6 +191,11 @@ class CloudClient:
                 code, detail = grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}"
             if code != grpc.StatusCode.UNAVAILABLE:
                 break
+            if time.monotonic() >= deadline:
+                # the connection was still being set up when time ran out (a slow or partitioned link, not a
+                # refused one): gRPC says UNAVAILABLE, the user-facing cause is the deadline
+                code, detail = grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline passed while connecting ({detail})"
+                break
             wait = self.retry.backoff(attempts, self._rng)
             if time.monotonic() + wait >= deadline:
                 break  # no time left for another try: report the real cause, UNAVAILABLE

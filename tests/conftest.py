@@ -1,11 +1,36 @@
 """Settings and checks every test shares."""
 
 import dataclasses
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+
+SUPPORT_MODULE = "pasu_tests_cloud_support"
+
+
+def _load_cloud_support() -> None:
+    """tests/cloud/support.py (the tiny real ASR model, recognizer, certificates, servers) as one module named
+    SUPPORT_MODULE. This conftest loads before every test module, so tests `import pasu_tests_cloud_support`
+    (the tests folder is not a package in importlib mode) or take the `cloud_support` fixture."""
+    if SUPPORT_MODULE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(SUPPORT_MODULE, Path(__file__).parent / "cloud" / "support.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[SUPPORT_MODULE] = module
+        spec.loader.exec_module(module)
+
+
+_load_cloud_support()
+
+
+@pytest.fixture(scope="session")
+def cloud_support():
+    """tests/cloud/support.py."""
+    return sys.modules[SUPPORT_MODULE]
 
 
 @pytest.fixture(autouse=True)

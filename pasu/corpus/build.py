@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from pasu.corpus import augment, tts
 from pasu.corpus.plan import SPLITS, Job, Plan, Preset, engine_of, make_plan
-from pasu.corpus.text import load_corpus_text
+from pasu.corpus.text import Sentence, load_corpus_text
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,13 @@ def _write_utterance(out: Path, job: Job, audio: np.ndarray, banks: augment.Augm
         "rate": job.rate,
         "pitch": job.pitch,
         "augmentation": asdict(spec),
+        **sentence_fields(s),
+    }
+
+
+def sentence_fields(s: Sentence) -> dict:
+    """The manifest fields that come from the labelled sentence (every corpus writes them the same way)."""
+    return {
         "text": s.text,
         "scenario": s.scenario,
         "action": s.action,

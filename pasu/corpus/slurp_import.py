@@ -22,7 +22,7 @@ from typing import Iterator, Literal
 
 import soundfile as sf
 
-from pasu.corpus.build import SAMPLE_RATE, write_manifest
+from pasu.corpus.build import SAMPLE_RATE, sentence_fields, write_manifest
 from pasu.corpus.text import CorpusDataError, Sentence, is_damaged, slurp_sentence
 
 # our split -> the SLURP files it is made of
@@ -225,13 +225,7 @@ def _row(utt_id: str, audio: Path, duration: float, s: Sentence, rec: dict, synt
         "duration": round(duration, 3),
         "engine": "slurp_synth" if synthetic else "real",
         "voice": voice,
-        "text": s.text,
-        "scenario": s.scenario,
-        "action": s.action,
-        "intent": s.intent,
-        "slots": None if s.slots is None else [list(slot) for slot in s.slots],
-        "sentence_id": s.id,
-        "source": s.source,
+        **sentence_fields(s),
         "slurp_wer": rec.get("wer"),
     }
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +14,7 @@ from pasu.models.data import Utterance
 from pasu.bench.hybrid import evaluate_profile, offload_all
 from pasu.bench.hybrid_eval import CloudCall, combine, table5
 from pasu.metrics import SluResult
+import pasu_tests_cloud_support  # loaded by tests/conftest.py
 
 REF = SluResult("wake me up at five", "alarm_set")
 WRONG = SluResult("play the radio", "play_radio")
@@ -55,20 +53,10 @@ def test_table5_offramps_offload_only_the_bad_utterances_naive_hybrid_more():
         assert row["Ours-PPL"].offload_ratio <= 0.25 < row["NaiveHybrid"].offload_ratio
 
 
-def _support():
-    name = "pasu_tests_cloud_support"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "cloud" / "support.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     from pasu.device.runtime import DeviceModel
 
-    support = _support()
+    support = pasu_tests_cloud_support
     model, tokenizer = support.tiny_parts()
     device = DeviceModel(model, tokenizer.token_list, tokenizer.decode, "tiny-untrained")
     utterances = []

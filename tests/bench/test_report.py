@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,18 +12,13 @@ import numpy as np
 from pasu.bench.local import configurations, run_config, summarize, with_speedups
 from pasu.bench.report import ABLATION, ReportInputs, write_report
 from pasu.models.data import Utterance
+import pasu_tests_cloud_support  # loaded by tests/conftest.py
 
 
 def _tiny_device_model():
-    name = "pasu_tests_cloud_support"  # the module tests/device/conftest.py loads, shared when already loaded
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "cloud" / "support.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
     from pasu.device.runtime import DeviceModel
 
-    model, tokenizer = sys.modules[name].tiny_parts()
+    model, tokenizer = pasu_tests_cloud_support.tiny_parts()
     return DeviceModel(model, tokenizer.token_list, tokenizer.decode, "tiny-untrained")
 
 

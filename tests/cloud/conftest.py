@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import grpc
 import pytest
 
 
-def load_support():
-    """tests/cloud/support.py as one shared module (test folders are not packages in importlib mode)."""
-    name = "pasu_tests_cloud_support"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("support.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="session")
-def support():
-    return load_support()
+def support(cloud_support):
+    return cloud_support
 
 
 @pytest.fixture

@@ -2,37 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 
-def load_support():
-    name = "pasu_tests_cloud_support"  # the same module object tests/cloud/conftest.py loads
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "cloud" / "support.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="session")
-def cloud_support():
-    """tests/cloud/support.py: the tiny recognizer a real cloud server hosts in tests, certificates, audio."""
-    return load_support()
-
-
-@pytest.fixture(scope="session")
-def tiny_model():
+def tiny_model(cloud_support):
     """An untrained ~100k-parameter late-context model with a real tokenizer, wrapped for the agent."""
     from pasu.device.runtime import DeviceModel
 
-    model, tokenizer = load_support().tiny_parts()
+    model, tokenizer = cloud_support.tiny_parts()
     return DeviceModel(model, tokenizer.token_list, tokenizer.decode, "tiny-untrained")
 
 

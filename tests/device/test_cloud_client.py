@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,20 +22,10 @@ from pasu.protos import slu_pb2
 
 from pasu.metrics import SluResult
 from pasu.slu import Slot
+import pasu_tests_cloud_support  # loaded by tests/conftest.py
 
 
-def _support():
-    name = "pasu_tests_cloud_support"  # the same module object tests/cloud/conftest.py loads
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "cloud" / "support.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-support = _support()
+support = pasu_tests_cloud_support
 
 
 @pytest.fixture

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from pasu.models.recognizer import EspnetRecognizer, espnet_beam_search
 from pasu.models.targets import target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
 from pasu.models.train import OptimOptions
+import pasu_tests_cloud_support  # loaded by tests/conftest.py
 
 # What the strong LM is trained on, and what decoding should turn into with it.
 LM_TARGET = "alarm_set wake me up at SLOT_time five am SLOT_END"
@@ -38,17 +37,6 @@ TINY = LmConfig(
     optim=OptimOptions(lr=1e-2, scheduler="constant", warmup_steps=1, weight_decay=0.0, grad_clip=1.0),
     train=LmTrainOptions(batch_size=4, max_epochs=None, max_steps=30, patience=None, num_threads=1),
 )
-
-
-def _support():
-    """tests/cloud/support.py: the tiny untrained ASR model and its tokenizer (one module object for all tests)."""
-    name = "pasu_tests_cloud_support"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "cloud" / "support.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _steps(config: LmConfig, steps: int) -> LmConfig:
@@ -65,7 +53,7 @@ def _manifest(folder: Path, split: str, rows: list[tuple[str, str, list | None]]
 
 @pytest.fixture(scope="module")
 def asr_folder(tmp_path_factory) -> Path:
-    return _support().write_model_folder(tmp_path_factory.mktemp("asr") / "tiny")
+    return pasu_tests_cloud_support.write_model_folder(tmp_path_factory.mktemp("asr") / "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +115,7 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(asr_folder, corpus, 
 
 
 def test_an_lm_over_another_token_list_is_refused(strong_lm):
-    support = _support()
+    support = pasu_tests_cloud_support
     other = Tokenizer.train(["turn on the radio", "stop the music"], target_symbols(["music_play"], ["song"]),
                             TokenizerOptions(vocab_size=40))
     model = build_asr_model({"token_list": other.token_list, **support.TINY_MODEL}).eval()
@@ -139,7 +127,7 @@ def test_an_lm_over_another_token_list_is_refused(strong_lm):
 
 
 def test_lm_weight_zero_changes_nothing_and_a_strong_lm_pulls_the_decode_to_its_text(strong_lm):
-    support = _support()
+    support = pasu_tests_cloud_support
     model, tokenizer = support.tiny_parts()
     options = dataclasses.replace(support.TINY_DECODING, maxlenratio=0.0)  # end when <eos> wins: the LM's call
     speech = [support.waveform(2.0, seed=3)]
