@@ -202,8 +202,8 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         "",
         *results_table(results),
         "",
-        "WER and SLU-F1 as the SLURP paper defines them (`pasu.metrics`); IC = intent accuracy. `pasu eval` decodes",
-        "with ESPnet's beam search (beam and CTC weight in the results file).",
+        "WER and SLU-F1 as the SLURP paper defines them (`pasu.metrics`). `pasu eval` decodes with ESPnet's beam",
+        f"search{_decoding_text(results)}.",
         "",
         "## Files",
         "",
@@ -217,6 +217,13 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         "",
     ]
     return "\n".join(lines)
+
+
+def _decoding_text(results: Any) -> str:
+    decoding = results.get("decoding") if isinstance(results, Mapping) else None
+    if not isinstance(decoding, Mapping):
+        return ""
+    return f" (beam {decoding.get('beam_size')}, CTC weight {decoding.get('ctc_weight')})"
 
 
 def _ingestion_line(model: ESPnetASRModel) -> str:
@@ -258,7 +265,9 @@ def results_table(results: Any) -> list[str]:
         return ["TODO: `pasu package ... --eval RESULTS.json` fills this table."]
     if all(not isinstance(v, Mapping) for v in results.values()):
         results = {"test": results}
-    rows = {split: {k: v for k, v in r.items() if isinstance(v, (int, float))} for split, r in results.items()}
+    # `pasu eval` files also carry the decoding options and the corpus: only the splits' scores are rows
+    splits = {k: v for k, v in results.items() if isinstance(v, Mapping) and k != "decoding"}
+    rows = {split: {k: v for k, v in r.items() if isinstance(v, (int, float))} for split, r in splits.items()}
     columns = list(dict.fromkeys(k for r in rows.values() for k in r))
     out = ["| split | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for split, r in rows.items():

@@ -89,6 +89,12 @@ def test_results_table_without_results():
     assert results_table({"wer": 0.5})[2] == "| test | 0.5 |"
 
 
+def test_results_table_from_a_pasu_eval_file():
+    results = {"test": {"n": 200, "wer": 0.25}, "test_unseen": {"n": 200, "wer": 0.5},
+               "decoding": {"beam_size": 5, "ctc_weight": 0.3}, "corpus": "data/corpus-full"}
+    assert results_table(results)[2:] == ["| test | 200 | 0.25 |", "| test_unseen | 200 | 0.5 |"]
+
+
 # --- ESPnet training outputs ----------------------------------------------------------------------------
 
 ESPNET_TOKENS = ["<blank>", "<unk>", "▁a", "▁b", "c", "d", "<sos/eos>"]
