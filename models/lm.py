@@ -50,7 +50,7 @@ from pasu.models.tokenizer import Tokenizer
 from pasu.models.train import (
     OptimOptions,
     _rng_state,
-    _set_rng_state,
+    restore_checkpoint,
     _set_threads,
     atomic_save,
     count_parameters,
@@ -293,7 +293,7 @@ def train_lm(
                                  weight_decay=config.optim.weight_decay)
     state = LmState()
     if (exp_dir / "checkpoint.pt").exists():
-        state = _load_checkpoint(exp_dir / "checkpoint.pt", model, optimizer)
+        state = LmState(**restore_checkpoint(exp_dir / "checkpoint.pt", model, optimizer))
         log.info("resumed from %s at step %d (epoch %d)", exp_dir / "checkpoint.pt", state.step, state.epoch)
     return _LmLoop(config, model, optimizer, state, train_seqs, dev_seqs, exp_dir).run()
 
@@ -313,14 +313,6 @@ def _prepare_experiment(exp_dir: Path, config: LmConfig, tokenizer: Tokenizer) -
     resolved = {**config.to_dict(), "token_list": tokenizer.token_list}
     path.write_text(yaml.safe_dump(resolved, sort_keys=False, default_flow_style=None, width=120))
     return config
-
-
-def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> LmState:
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(ckpt["model"], strict=True)
-    optimizer.load_state_dict(ckpt["optimizer"])
-    _set_rng_state(ckpt["rng"])
-    return LmState(**ckpt["state"])
 
 
 class _LmLoop:

@@ -484,12 +484,17 @@ def _model_section(config: ExperimentConfig) -> dict[str, Any]:
     return model
 
 
-def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainState:
+def restore_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Load model, optimizer and RNG states from a checkpoint.pt; returns its loop-state dict."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     model.load_state_dict(ckpt["model"], strict=True)
     optimizer.load_state_dict(ckpt["optimizer"])
     _set_rng_state(ckpt["rng"])
-    state = TrainState(**ckpt["state"])
+    return ckpt["state"]
+
+
+def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainState:
+    state = TrainState(**restore_checkpoint(path, model, optimizer))
     state.best = [tuple(b) for b in state.best]
     return state
 
