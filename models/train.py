@@ -37,6 +37,7 @@ import yaml
 from tqdm import tqdm
 
 from espnet2.asr.espnet_model import ESPnetASRModel
+from pasu.config import from_dict
 from pasu.metrics import SluResult, evaluate_slu
 from pasu.models.build import build_asr_model
 from pasu.models.data import (
@@ -147,15 +148,7 @@ def config_from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     unknown = set(raw) - set(_SECTIONS) - {"model"}
     if unknown:
         raise ValueError(f"unknown config sections {sorted(unknown)}")
-    sections: dict[str, Any] = {}
-    for name, cls in _SECTIONS.items():
-        values = dict(raw.get(name) or {})
-        bad = set(values) - {f.name for f in dataclasses.fields(cls)}
-        if bad:
-            raise ValueError(f"unknown keys in {name}: {sorted(bad)}")
-        if "betas" in values:
-            values["betas"] = tuple(values["betas"])
-        sections[name] = cls(**values)
+    sections = {name: from_dict(cls, raw.get(name) or {}, name) for name, cls in _SECTIONS.items()}
     return ExperimentConfig(model=dict(raw.get("model") or {}), **sections)
 
 
