@@ -7,9 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from pasu.corpus.plan import SPLITS
 from pasu.settings import shared_data_dir
-
-SPLITS_HELP = ("train", "dev", "test", "test_unseen")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--voices", type=Path, default=None,
                        help="plan with the voices of this build.json (or a file with one voice id per line) "
                             "instead of the installed ones; voices not installed here are skipped")
-    build.add_argument("--splits", default=",".join(SPLITS_HELP),
+    build.add_argument("--splits", default=",".join(SPLITS),
                        help="comma-separated splits to render (default: all); the plan is the same either way")
     build.set_defaults(run=_build)
 
@@ -90,8 +89,8 @@ def _build(args: argparse.Namespace) -> int:
 
     data_dir = samples_dir() if args.samples else shared_data_dir(args.data_dir)
     splits = tuple(s for s in args.splits.split(",") if s)
-    if unknown := sorted(set(splits) - set(SPLITS_HELP)):
-        print(f"pasu corpus build: unknown split(s) {', '.join(unknown)}; choose from {', '.join(SPLITS_HELP)}",
+    if unknown := sorted(set(splits) - set(SPLITS)):
+        print(f"pasu corpus build: unknown split(s) {', '.join(unknown)}; choose from {', '.join(SPLITS)}",
               file=sys.stderr)
         return 2
     opts = BuildOptions(preset=PRESETS[args.preset], data_dir=data_dir, out_dir=args.out, seed=args.seed,
