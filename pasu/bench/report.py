@@ -163,9 +163,7 @@ def plot_tau_sweep(rows: Sequence[Row], path: Path) -> Path:
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 
