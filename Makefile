@@ -20,5 +20,8 @@ tts:
 demo: $(STAMP) tts
 	$(VENV)/bin/pasu demo
 
+# A hard crash leaves tests/conftest.py's crash log (test in progress, every thread's stack): shown first.
 test: $(STAMP) tts
-	$(PY) -m pytest -q tests
+	@rm -f .pytest-crash.log
+	$(PY) -m pytest -q tests || { rc=$$?; if [ -s .pytest-crash.log ]; then \
+	  echo "--- hard crash; .pytest-crash.log:"; head -c 6000 .pytest-crash.log; fi; exit $$rc; }

@@ -98,7 +98,7 @@ def config_from_args(args: argparse.Namespace):
 def _serve(args: argparse.Namespace) -> int:
     import warnings
 
-    from pasu.models.recognizer import EspnetRecognizer
+    from pasu.models.recognizer import load_recognizer
     from pasu.cloud.server import configure_logging, serve
 
     # ESPnetASRModel.encode calls the deprecated torch.cuda.amp.autocast: not ours to fix, and not a log line.
@@ -110,7 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {error}") from None
     configure_logging(debug=args.verbose)
     try:
-        recognizer = EspnetRecognizer.from_folder(args.model, config.decoding)
+        recognizer = load_recognizer(args.model, config.decoding)
     except (OSError, ValueError) as error:  # e.g. no LM folder there, or an LM over another token list
         raise SystemExit(f"error: {error}") from None
     return serve(recognizer, config)

@@ -86,9 +86,9 @@ def collect_split(model_folder: Path, corpus: Path, split: str, utterances: Sequ
 
 def cloud_word_edits(folder: Path, utterances: Sequence[Utterance]) -> list[int]:
     """Word edits of the cloud model's transcripts (decoded here, offline: accuracy needs no network)."""
-    from pasu.models.recognizer import EspnetRecognizer
+    from pasu.models.recognizer import load_recognizer
 
-    recognizer = EspnetRecognizer.from_folder(folder)
+    recognizer = load_recognizer(folder)
     progress = progress_printer("cloud decode")
     edits = []
     for i, utt in enumerate(utterances):

@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "eval", help="decode corpus splits with a model folder; print and save WER, intent accuracy, SLU-F1",
         epilog="Examples:\n"
                "  pasu eval models/device --corpus data/corpus-full --limit 500 --out exp/device/eval.json\n"
+               "  pasu eval models/shipped/cloud --corpus data/corpus-full --text-intent models/shipped/text_intent\n"
                "  pasu eval models/shipped/device --corpus data/corpus-full --splits test_unseen --limit 500 "
                "--beam 10 --lm models/shipped/lm --lm-weight 0.3   # the cloud configuration",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,6 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--lm", type=Path, default=None, metavar="DIR",
                           help="shallow fusion with this `pasu lm train` folder (default: no LM)")
     evaluate.add_argument("--lm-weight", type=float, default=0.3, help="LM weight with --lm (default: 0.3)")
+    evaluate.add_argument("--text-intent", type=Path, default=None, metavar="DIR",
+                          help="a `pasu text-intent train` folder whose classifier re-reads each transcript for "
+                               "its intent, as the cloud server does (needed for a Whisper model, which writes "
+                               "words only)")
     evaluate.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     evaluate.set_defaults(run=_evaluate)
 
@@ -186,7 +191,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     opts = EvalOptions(splits=tuple(s for s in args.splits.split(",") if s), limit=args.limit,
                        decoding=DecodingOptions(beam_size=args.beam, ctc_weight=args.ctc_weight,
                                                 num_threads=args.threads, lm=str(args.lm) if args.lm else None,
-                                                lm_weight=args.lm_weight))
+                                                lm_weight=args.lm_weight),
+                       text_intent=str(args.text_intent) if args.text_intent else None)
     results = evaluate_model(args.model_dir, args.corpus, opts)
     if args.out:
         write_results(results, args.out)

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from pasu.metrics import SluResult, evaluate_slu, mean_rtf
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
-from pasu.models.recognizer import DecodingOptions, EspnetRecognizer
+from pasu.models.recognizer import DecodingOptions, Recognizer, TextIntentPass, load_recognizer
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,12 @@ class EvalOptions:
     limit: int = 0
     # the paper's full decode: beam 5, CTC weight 0.3
     decoding: DecodingOptions = DecodingOptions(beam_size=5, ctc_weight=0.3)
+    # a `pasu text-intent train` folder: its classifier re-reads each transcript for the intent (the cloud's
+    # second pass); None: the recognizer's own intent
+    text_intent: str | None = None
 
 
-def evaluate_split(recognizer: EspnetRecognizer, utterances: Sequence[Utterance], desc: str = "") -> dict:
+def evaluate_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "") -> dict:
     """Decode one utterance at a time (as a device does) and score against the manifest labels."""
     hyps, seconds = [], []
     for utt in tqdm(utterances, desc=desc, unit="utt", dynamic_ncols=True):
@@ -42,7 +45,11 @@ def evaluate_split(recognizer: EspnetRecognizer, utterances: Sequence[Utterance]
 
 def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOptions = EvalOptions()) -> dict:
     """{split: scores} for a packaged model folder."""
-    recognizer = EspnetRecognizer.from_folder(model_dir, opts.decoding)
+    recognizer = load_recognizer(model_dir, opts.decoding)
+    if opts.text_intent:
+        from pasu.models.text_intent import TextIntentClassifier
+
+        recognizer = TextIntentPass(recognizer, TextIntentClassifier.load(opts.text_intent))
     results = {}
     for split in opts.splits:
         utterances = load_split(corpus_dir, split)
@@ -50,6 +57,7 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
             utterances = dev_subset(utterances, opts.limit)
         results[split] = evaluate_split(recognizer, utterances, desc=split)
     results["decoding"] = asdict(opts.decoding)
+    results["model_id"] = recognizer.model_id
     results["corpus"] = str(corpus_dir)
     return results
 

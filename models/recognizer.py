@@ -120,11 +120,11 @@ class EspnetRecognizer:
         folder = Path(folder)
         model, tokenizer, config = load_packaged(folder)
         weights = folder / config.get("weights", "model.pt")
-        model_id = f"{config.get('name', folder.name)}@{_digest(weights)}"
+        model_id = f"{config.get('name', folder.name)}@{weights_digest(weights)}"
         rate = int(config["model"].get("frontend_conf", {}).get("fs", 16000))
         recognizer = cls(model, tokenizer, options, model_id=model_id, sample_rate=rate)
         if recognizer.lm is not None:  # the LM is part of what answered
-            recognizer.model_id += f"+{recognizer.lm.name}@{_digest(recognizer.lm.weights)}"
+            recognizer.model_id += f"+{recognizer.lm.name}@{weights_digest(recognizer.lm.weights)}"
         return recognizer
 
     def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
@@ -162,6 +162,22 @@ class EspnetRecognizer:
         ids = [int(t) for t in best.yseq[1:-1]]  # drop <sos> and <eos>
         slu = decode_target(self.tokenizer.decode(ids))
         return Recognition(text=slu.text, intent=slu.intent, slots=slu.slots, confidence=_confidence(best))
+
+
+def load_recognizer(folder: str | os.PathLike, options: DecodingOptions = DecodingOptions()) -> Recognizer:
+    """The recognizer a model folder holds: a Whisper folder (whisper.yaml) or a PASU/ESPnet package."""
+    from pasu.models.whisper_recognizer import WhisperRecognizer, is_whisper_folder
+
+    if is_whisper_folder(folder):
+        return WhisperRecognizer.from_folder(folder, options)
+    return EspnetRecognizer.from_folder(folder, options)
+
+
+def is_model_folder(folder: str | os.PathLike) -> bool:
+    """Whether `load_recognizer` has something to load there."""
+    from pasu.models.whisper_recognizer import is_whisper_folder
+
+    return (Path(folder) / "config.yaml").is_file() or is_whisper_folder(folder)
 
 
 class TextIntentPass:
@@ -254,7 +270,8 @@ def _confidence(hyp: Any) -> float:
     return float(np.exp(min(logp / steps, 0.0)))
 
 
-def _digest(path: Path) -> str:
+def weights_digest(path: Path) -> str:
+    """The first 12 hex digits of the file's SHA-256: which weights answered, in every model_id."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -51,12 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pasu.models.recognizer import is_model_folder
+
     options = DemoOptions(utterances=args.utterances, threshold=args.threshold, realtime=not args.fast)
     for folder in (args.model,):
         if not (folder / "config.yaml").is_file():
             print(f"error: no model at {folder}", file=sys.stderr)
             return 2
-    cloud_model = args.cloud_model if (args.cloud_model / "config.yaml").is_file() else args.model
+    cloud_model = args.cloud_model if is_model_folder(args.cloud_model) else args.model
     if cloud_model != args.cloud_model:
         print(f"note: no cloud model at {args.cloud_model}; the cloud serves the device model", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)

