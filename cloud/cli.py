@@ -1,4 +1,4 @@
-"""`pasu cloud serve`: the cloud SLU server over a PASU model folder."""
+"""`pasu cloud serve`: the cloud SLU server over a model folder (PASU package or Whisper)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  grpcurl -plaintext 127.0.0.1:50051 list            # reflection\n"
                "  curl -s 127.0.0.1:9464/metrics | grep pasu_cloud_  # metrics",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    serve.add_argument("--model", type=Path, required=True, help="PASU model folder (`pasu package` output)")
+    serve.add_argument("--model", type=Path, required=True, help="model folder: a `pasu package` output, or a Whisper folder with whisper.yaml "
+                            "(models/shipped/cloud, the shipped cloud model)")
     serve.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                        help="server YAML, any subset of ServerConfig's fields (default: %(default)s)")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
