@@ -247,6 +247,9 @@ def _text_intent_train(args: argparse.Namespace) -> int:
     for split, value in accuracy.items():
         print(f"intent accuracy, SLURP {split} gold transcripts ({counts[split]:,}): {100 * value:.1f}%")
     print("reference: " + "; ".join(f"{name} {100 * value:.1f}%" for name, value in REFERENCES.items()))
+    if classifier.slots is not None:
+        for split, value in classifier.slots.info["slu_f1"].items():
+            print(f"slot tagger SLU-F1, SLURP {split} gold transcripts: {100 * value:.1f}%")
     print(f"wrote {args.out}")
     return 0
 

@@ -189,7 +189,8 @@ class TextIntentPass:
     classifier (pretrained sentence encoder, 8k training sentences) is the more accurate intent reader on
     text (84% on SLURP test gold transcripts, see its model card). Its answer's confidence is the product
     of the recognizer's confidence and the classifier's probability: both the words and their reading must
-    be right. Transcript and slots stay the recognizer's.
+    be right. The transcript stays the recognizer's, and so do its slots; a recognizer that gives none
+    (Whisper writes words only) gets the classifier's slot tagger's, when its folder has one.
     """
 
     def __init__(self, inner: Recognizer, classifier: TextIntentClassifier):
@@ -205,6 +206,11 @@ class TextIntentPass:
         for i, guess in zip(readable, guesses):
             r = results[i]
             results[i] = dataclasses.replace(r, intent=guess.intent, confidence=r.confidence * guess.probability)
+        tagger = self.classifier.slots
+        untagged = [i for i in readable if not results[i].slots] if tagger is not None else []
+        if untagged:
+            for i, slots in zip(untagged, tagger.tag([results[i].text for i in untagged])):
+                results[i] = dataclasses.replace(results[i], slots=slots)
         return results
 
 

@@ -30,6 +30,8 @@ import numpy as np
 
 from pasu.corpus.text import Sentence, load_corpus_text, normalize_text
 from pasu.metrics import intent_accuracy
+from pasu.models.text_slots import WEIGHTS_FILE as SLOTS_WEIGHTS_FILE
+from pasu.models.text_slots import SlotTagger
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,31 @@ class SentenceEncoder:
             out[rows] = self._encode_batch([texts[i] for i in rows])
         return out
 
+    def word_states(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """One (words, dim) array per sentence: the last-layer state of each word's first sub-token."""
+        import torch
+
+        out: list[np.ndarray] = [np.zeros((0, self.dim), dtype=np.float32)] * len(sentences)
+        order = np.argsort([len(s) for s in sentences], kind="stable")
+        size = self.options.batch_size
+        for start in range(0, len(sentences), size):
+            rows = [int(i) for i in order[start : start + size]]
+            batch = self.tokenizer([list(sentences[i]) for i in rows], is_split_into_words=True, padding=True,
+                                   truncation=True, max_length=self.options.max_tokens, return_tensors="pt")
+            with torch.inference_mode():
+                states = self.model(**batch).last_hidden_state.numpy()
+            for j, i in enumerate(rows):
+                first = {}  # word index -> its first sub-token's position
+                for position, word in enumerate(batch.word_ids(j)):
+                    if word is not None:
+                        first.setdefault(word, position)
+                # a word cut off by truncation keeps a zero state
+                words = np.zeros((len(sentences[i]), self.dim), dtype=np.float32)
+                for word, position in first.items():
+                    words[word] = states[j, position]
+                out[i] = words
+        return out
+
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         import torch
 
@@ -125,6 +152,10 @@ class CachedEncoder:
             with np.load(self.path, allow_pickle=False) as stored:
                 if str(stored["encoder"]) == inner.name:  # another encoder's vectors are of no use
                     self._rows = dict(zip(stored["texts"].tolist(), stored["vectors"]))
+
+    def word_states(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Not cached: the slot tagger trains once per run."""
+        return self.inner.word_states(sentences)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         missing = list(dict.fromkeys(t for t in texts if t not in self._rows))
@@ -161,13 +192,14 @@ class TextIntentClassifier:
     """Frozen sentence embeddings + multinomial logistic regression over SLURP intents."""
 
     def __init__(self, classes: Sequence[str], weights: np.ndarray, bias: np.ndarray, encoder: Encoder,
-                 info: dict[str, Any] | None = None, model_id: str = "text-intent"):
+                 info: dict[str, Any] | None = None, model_id: str = "text-intent", slots: SlotTagger | None = None):
         self.classes = tuple(classes)
         self.weights = np.asarray(weights, dtype=np.float32)  # (classes, embedding dim)
         self.bias = np.asarray(bias, dtype=np.float32)  # (classes,)
         self.encoder = encoder
         self.info = dict(info or {})  # what text_intent.json says beyond the weights: training, accuracy
         self.model_id = model_id  # reported by the cloud server next to the recognizer's id
+        self.slots = slots  # the slot tagger trained with it on the same encoder, if any (models/text_slots.py)
 
     @classmethod
     def train(cls, texts: Sequence[str], intents: Sequence[str], encoder: Encoder,
@@ -211,6 +243,9 @@ class TextIntentClassifier:
         np.savez(folder / WEIGHTS_FILE, weights=self.weights, bias=self.bias)
         config = {"format": FORMAT, "encoder": self.encoder.name, "encoder_package": ENCODER_PACKAGE,
                   "pooling": "mean over tokens, L2-normalized", **self.info, "classes": list(self.classes)}
+        if self.slots is not None:
+            np.savez(folder / SLOTS_WEIGHTS_FILE, **self.slots.arrays())
+            config["slots"] = {**self.slots.info, "labels": list(self.slots.labels)}
         (folder / CONFIG_FILE).write_text(json.dumps(config, indent=1) + "\n")
         return folder
 
@@ -227,9 +262,20 @@ class TextIntentClassifier:
         with np.load(folder / WEIGHTS_FILE, allow_pickle=False) as arrays:
             weights, bias = arrays["weights"], arrays["bias"]
         info = {k: v for k, v in config.items()
-                if k not in ("format", "encoder", "encoder_package", "pooling", "classes")}
+                if k not in ("format", "encoder", "encoder_package", "pooling", "classes", "slots")}
         digest = hashlib.sha256((folder / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
-        return cls(config["classes"], weights, bias, encoder, info, model_id=f"{folder.name}@{digest}")
+        return cls(config["classes"], weights, bias, encoder, info, model_id=f"{folder.name}@{digest}",
+                   slots=_load_slots(folder, config.get("slots"), encoder))
+
+
+def _load_slots(folder: Path, config: dict[str, Any] | None, encoder: Encoder) -> SlotTagger | None:
+    """The folder's slot tagger, or None for a folder trained without one (intent only)."""
+    if config is None:
+        return None
+    with np.load(folder / SLOTS_WEIGHTS_FILE, allow_pickle=False) as arrays:
+        weights, bias = arrays["weights"], arrays["bias"]
+    info = {k: v for k, v in config.items() if k != "labels"}
+    return SlotTagger(config["labels"], weights, bias, encoder, info)
 
 
 # --- Training on the corpus -------------------------------------------------------------------------------
@@ -249,6 +295,11 @@ def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os
     classifier.info["accuracy"] = {"test": classifier.accuracy(text.test), "dev": classifier.accuracy(text.dev)}
     classifier.info["evaluated"] = {"test": len(text.test), "dev": len(text.dev)}
     classifier.info["command"] = command
+    slotted = [(s.text, s.slots) for s in text.train if s.slots is not None]
+    if slotted:  # the slot tagger reads the same encoder's token states
+        classifier.slots = SlotTagger.train(slotted, encoder)
+        classifier.slots.info["slu_f1"] = {"test": classifier.slots.slu_f1(text.test),
+                                           "dev": classifier.slots.slu_f1(text.dev)}
     classifier.save(out)
     (Path(out) / "README.md").write_text(model_card(classifier))
     return classifier
@@ -296,10 +347,11 @@ def model_card(classifier: TextIntentClassifier) -> str:
         "Reference points on this label set and test set (issue 3): "
         + "; ".join(f"{name} {100 * value:.1f}%" for name, value in REFERENCES.items()) + ".",
         "",
+        *_slots_card(classifier.slots),
         "## Files",
         "",
-        f"`{CONFIG_FILE}` (encoder, intents, training options, accuracy), `{WEIGHTS_FILE}` (float32 `weights`",
-        "and `bias`). Load: `pasu.models.text_intent.TextIntentClassifier.load(folder)`.",
+        f"`{CONFIG_FILE}` (encoder, intents, training options, accuracy, slot labels), `{WEIGHTS_FILE}` and",
+        f"`{SLOTS_WEIGHTS_FILE}` (float32 `weights` and `bias`). Load: `pasu.models.text_intent.TextIntentClassifier.load(folder)`.",
         "",
         "## Limitations",
         "",
@@ -308,3 +360,25 @@ def model_card(classifier: TextIntentClassifier) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _slots_card(tagger: SlotTagger | None) -> list[str]:
+    """The model card's section on the slot tagger (nothing for a classifier trained without one)."""
+    if tagger is None:
+        return []
+    info = tagger.info
+    return [
+        "## Slots",
+        "",
+        "The same pass tags each word of the transcript with a BIO slot label (`models/text_slots.py`): the",
+        "encoder's state of the word's first sub-token and of its two neighbours, then multinomial logistic",
+        f"regression (C = {info['options']['c']:g}) over {len(tagger.labels)} labels. Trained on the "
+        f"{info['sentences']:,} training sentences with slot",
+        f"annotations ({info['words']:,} words; {info['skipped']:,} left out whose slot values are not in their words).",
+        "The server uses these slots when the recognizer gives none (Whisper writes words only).",
+        "",
+        "| split | SLU-F1 on gold transcripts |",
+        "|---|---|",
+        *[f"| SLURP {name} | {100 * value:.1f}% |" for name, value in info.get("slu_f1", {}).items()],
+        "",
+    ]

@@ -199,6 +199,10 @@ def test_cli_trains_scores_and_writes_a_model_card(tmp_path, capsys):
     assert f"pasu text-intent train --out {out} --data-dir {samples_dir()} --c 30" in card
     assert "| SLURP test | 15 |" in card and loaded.info["train"]["options"]["c"] == 30
     assert (tmp_path / "cache.npz").is_file()
+    # the sample sentences carry slots: the slot tagger is trained, scored and described with the classifier
+    assert loaded.slots is not None and "## Slots" in card
+    for split, value in loaded.slots.info["slu_f1"].items():
+        assert f"slot tagger SLU-F1, SLURP {split} gold transcripts: {100 * value:.1f}%" in printed
 
     assert _pasu("text-intent", "predict", "--model", str(out), "wake me up at six am") == 0
     intent, probability, sentence = capsys.readouterr().out.strip().split("\t")
