@@ -16,7 +16,7 @@ from typing import Any
 class ServerProcess:
     """`pasu cloud serve` in a subprocess; its JSON log is read on a thread (rpc lines counted by code)."""
 
-    def __init__(self, model: Path, flags: tuple[str, ...] = (), timeout_s: float = 120.0):
+    def __init__(self, model: Path, flags: tuple[str, ...] = (), timeout_s: float = 300.0):
         # flags: further `pasu cloud serve` flags (--token-file, --threads, ...); the port is always a free one.
         command = [sys.executable, "-m", "pasu.cli", "cloud", "serve", "--model", str(model), "--host", "127.0.0.1",
                    "--port", "0", "--no-metrics", *flags]

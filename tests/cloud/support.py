@@ -187,7 +187,7 @@ class CliServer:
     would stall the server once full.
     """
 
-    def __init__(self, folder: Path, *flags: str, timeout: float = 60.0):
+    def __init__(self, folder: Path, *flags: str, timeout: float = 180.0):  # a ceiling: a loaded CI box is slow
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pasu.cli", "cloud", "serve", "--model", str(folder), "--port", "0",
              "--no-metrics", "--threads", "1", "--no-text-intent", *flags],

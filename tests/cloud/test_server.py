@@ -279,7 +279,7 @@ def test_cli_serves_a_model_folder_and_stops_on_sigterm(support, tmp_path):
          str(tmp_path / "cloud.yaml"), "--port", "0", "--no-metrics", "--threads", "1", "--grace", "5"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "GRPC_VERBOSITY": "ERROR"})
     try:
-        serving = _wait_for_log(proc, "serving", timeout=60)
+        serving = _wait_for_log(proc, "serving", timeout=180)  # with the text pass: transformers loads first
         assert serving["max_batch_size"] == 2 and serving["model_id"].startswith("tiny-untrained@")
         with grpc.insecure_channel(serving["address"]) as channel:
             reply = slu_pb2_grpc.SpeechUnderstandingStub(channel).Understand(support.request(0.5), timeout=20)
