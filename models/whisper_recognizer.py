@@ -15,6 +15,7 @@ import importlib
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -103,14 +104,57 @@ class WhisperRecognizer:
         return [self._recognize(np.asarray(w, dtype=np.float32)) for w in waveforms]
 
     def _recognize(self, waveform: np.ndarray) -> Recognition:
-        from pasu.corpus.tts import normalize_words
-
         segments, _ = self.model.transcribe(waveform, language=self.weights.language,
                                             beam_size=self.weights.beam_size, without_timestamps=True,
                                             condition_on_previous_text=False, vad_filter=False)
         segments = list(segments)  # transcribe is lazy: decoding happens here
-        text = " ".join(normalize_words(" ".join(s.text for s in segments)))  # SLURP style: lower case, no punctuation
+        text = spoken_form(" ".join(s.text for s in segments))
         return Recognition(text=text, intent="", slots=(), confidence=_confidence(segments))
+
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+         "sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ORDINAL_ENDINGS = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
+                    "nine": "ninth", "twelve": "twelfth"}
+_CLOCK = re.compile(r"\b(\d{1,2})(?::|\.(?=\d\d\s*[ap]\.?\s?m\b))(\d\d)\b", re.IGNORECASE)  # 7:30, 6.30 pm
+_AM_PM = re.compile(r"(?<=[\d\s])([ap])\.?\s?m\b\.?", re.IGNORECASE)  # a.m., p.m., am, pm
+_ORDINAL = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")  # 1,250
+
+
+def spoken_form(text: str) -> str:
+    """Whisper's written text in the corpus's spoken form (SLURP's): `Wake me at 7:30 a.m.` -> `wake me at seven
+    thirty am`. Numbers are spelled out, clock times read as two numbers, then the corpus's own normalization
+    (`pasu.corpus.text.normalize_text`: lower case, symbols as words, no punctuation, apostrophes kept)."""
+    from pasu.corpus.text import normalize_text
+
+    text = _THOUSANDS.sub("", text)
+    text = _CLOCK.sub(lambda m: m[1] if m[2] == "00" else f"{m[1]} {m[2]}", text)
+    text = _AM_PM.sub(lambda m: f" {m[1].lower()}m", text)
+    return " ".join(_number_words(w) for w in normalize_text(text).split())
+
+
+def _number_words(word: str) -> str:
+    if word.isdigit() and len(word) <= 4:
+        return _int_words(int(word))
+    if (ordinal := _ORDINAL.match(word)) and len(ordinal[1]) <= 4:
+        words = _int_words(int(ordinal[1])).split()
+        last = words[-1]
+        words[-1] = _ORDINAL_ENDINGS.get(last) or (last[:-1] + "ieth" if last.endswith("y") else last + "th")
+        return " ".join(words)
+    return word
+
+
+def _int_words(n: int) -> str:
+    """0..9999 in words, as people say them in commands (`two thousand five`, `one hundred twenty`)."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    if n < 1000:
+        return _ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + _int_words(n % 100))
+    return _int_words(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + _int_words(n % 1000))
 
 
 def _confidence(segments: list[Any]) -> float:

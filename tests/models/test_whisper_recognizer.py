@@ -90,3 +90,19 @@ def test_other_folders_load_as_espnet_packages(tmp_path: Path, cloud_support):
     folder = cloud_support.write_model_folder(tmp_path / "tiny")
     assert is_model_folder(folder) and not is_model_folder(tmp_path)
     assert isinstance(load_recognizer(folder, cloud_support.TINY_DECODING), EspnetRecognizer)
+
+
+@pytest.mark.parametrize("written, spoken", [
+    ("Wake me up at 7:30 a.m.", "wake me up at seven thirty am"),
+    ("Set an alarm for 6.30 pm tomorrow.", "set an alarm for six thirty pm tomorrow"),
+    ("Turn the volume up to 50%.", "turn the volume up to fifty percent"),
+    ("What's the weather like in London?", "what's the weather like in london"),
+    ("Remind me on the 21st of June at 10.", "remind me on the twenty first of june at ten"),
+    ("Set an alarm for 12:00", "set an alarm for twelve"),
+    ("Add 1,250 steps", "add one thousand two hundred fifty steps"),
+])
+def test_whispers_written_form_becomes_the_corpus_spoken_form(written, spoken):
+    """WER and the text pass compare against SLURP's spoken-form transcripts: `7:30 a.m.` is `seven thirty am`."""
+    from pasu.models.whisper_recognizer import spoken_form
+
+    assert spoken_form(written) == spoken
