@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pytest
@@ -76,3 +77,4 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     assert designs["Ours-NoOffload"]["offload_ratio"] == 0.0 and designs["AllOffload"]["offload_ratio"] == 1.0
     assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Late-PPL-M"} <= designs.keys()
     assert len(result["naive_line"]) == 11 and result["cloud_failures"] == 0
+    assert json.loads(json.dumps(result))["checks"] == result["checks"]  # what `pasu bench hybrid` writes
