@@ -143,7 +143,7 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     checks = target_checks(t5, {o.design: o for o in designs}, all_offload)
     return {"designs": [asdict(o) for o in designs], "naive_line": [asdict(o) for o in naive_line],
             "table5": {t: {d: asdict(o) if o else None for d, o in row.items()} for t, row in t5.items()},
-            "checks": [{"check": c, "ok": None if ok is None else bool(ok)} for c, ok in checks],  # numpy bools: no JSON
+            "checks": [{"check": c, "ok": ok} for c, ok in checks],
             "cloud_failures": sum(not c.ok for c in calls),
             "cloud_latency": {"mean": float(np.mean([c.latency for c in calls])),
                               "p90": float(np.percentile([c.latency for c in calls], 90))}}

@@ -166,18 +166,22 @@ def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers
 
 def target_checks(table: dict[str, dict[str, Outcome | None]], designs: dict[str, Outcome],
                   all_offload: Outcome, ratio: float = 0.6) -> list[tuple[str, bool | None]]:
-    """The issue's targets: offramps offload <= 0.6x NaiveHybrid at each WER target; Offload-M latency and IC."""
+    """The issue's targets: offramps offload <= 0.6x NaiveHybrid at each WER target; Offload-M latency and IC.
+
+    Each check is True, False, or None where a design is missing; plain bools (the outcomes hold numpy floats,
+    whose comparisons give numpy bools, which JSON cannot write)."""
     checks: list[tuple[str, bool | None]] = []
     for target, row in table.items():
         naive = row.get("NaiveHybrid")
         for name in ("Ours-PPL", "Ours-BiLSTM"):
             ours = row.get(name)
-            ok = None if naive is None or ours is None else ours.offload_ratio <= ratio * naive.offload_ratio + 1e-12
+            ok = None if naive is None or ours is None else bool(
+                ours.offload_ratio <= ratio * naive.offload_ratio + 1e-12)
             checks.append((f"WER {target}: {name} offloads <= {ratio}x NaiveHybrid", ok))
     for name in ("Ours-PPL-M", "Ours-BiLSTM-M"):
         m = designs.get(name)
         checks.append((f"{name}: mean latency <= 0.75x AllOffload",
-                       None if m is None else m.mean_latency <= 0.75 * all_offload.mean_latency))
+                       None if m is None else bool(m.mean_latency <= 0.75 * all_offload.mean_latency)))
         checks.append((f"{name}: intent accuracy within 1 point of AllOffload",
-                       None if m is None else m.intent_accuracy >= all_offload.intent_accuracy - 0.01))
+                       None if m is None else bool(m.intent_accuracy >= all_offload.intent_accuracy - 0.01)))
     return checks
