@@ -31,7 +31,7 @@ import numpy as np
 from pasu.corpus.text import Sentence, load_corpus_text, normalize_text
 from pasu.metrics import intent_accuracy
 from pasu.models.text_slots import WEIGHTS_FILE as SLOTS_WEIGHTS_FILE
-from pasu.models.text_slots import SlotTagger
+from pasu.models.text_slots import SlotTagger, class_weights
 
 log = logging.getLogger(__name__)
 
@@ -211,9 +211,7 @@ class TextIntentClassifier:
             raise ValueError("training a classifier needs at least two intents")
         x = encoder.encode([normalize_text(t) for t in texts])
         lr = LogisticRegression(C=options.c, max_iter=options.max_iter).fit(x, list(intents))
-        weights, bias = lr.coef_, lr.intercept_
-        if len(lr.classes_) == 2:  # sklearn keeps one row, the second class's logit; softmax needs both
-            weights, bias = np.vstack([np.zeros_like(weights), weights]), np.concatenate([[0.0], bias])
+        weights, bias = class_weights(lr)
         info = {"train": {"sentences": len(texts), "intents": len(lr.classes_), "options": asdict(options)}}
         return cls([str(c) for c in lr.classes_], weights, bias, encoder, info)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -40,6 +40,15 @@ class WordEncoder(Protocol):
 class SlotTrainOptions:
     c: float = 1.0  # inverse L2 strength of the logistic regression
     max_iter: int = 300  # lbfgs iterations (tens of thousands of words, ~100 labels: minutes on 2 cores)
+
+
+def class_weights(lr: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A fitted scikit-learn LogisticRegression as one (weights, bias) row per class. With two classes sklearn
+    keeps one row, the second class's logit; softmax and argmax over the classes need both."""
+    weights, bias = lr.coef_, lr.intercept_
+    if len(lr.classes_) == 2:
+        weights, bias = np.vstack([np.zeros_like(weights), weights]), np.concatenate([[0.0], bias])
+    return weights, bias
 
 
 def bio_labels(words: Sequence[str], slots: Sequence[Slot]) -> list[str] | None:
@@ -116,9 +125,7 @@ class SlotTagger:
         x = np.vstack([word_features(s) for s in encoder.word_states(words)])
         y = [label for sentence in labels for label in sentence]
         lr = LogisticRegression(C=options.c, max_iter=options.max_iter).fit(x, y)
-        weights, bias = lr.coef_, lr.intercept_
-        if len(lr.classes_) == 2:  # sklearn keeps one row for two classes; argmax needs both
-            weights, bias = np.vstack([np.zeros_like(weights), weights]), np.concatenate([[0.0], bias])
+        weights, bias = class_weights(lr)
         info = {"sentences": len(words), "skipped": len(sentences) - len(words), "words": len(y),
                 "options": asdict(options)}
         return cls([str(c) for c in lr.classes_], weights, bias, encoder, info)

@@ -119,6 +119,13 @@ def whisper_row(split: str, utterances: list[Utterance], audio: list[np.ndarray]
                1000 * lat.mean, 0.0, wer, None, None)
 
 
+def _extra_text(value: Any) -> str:
+    """An extra figure as printed: dicts as JSON, floats to 3 decimals, the rest as they are."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
 def with_speedups(rows: list[Row]) -> list[Row]:
     base = {(r.model, r.split, r.config): r.latency_p50_ms for r in rows}
     out = []
@@ -222,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
     rows = with_speedups(rows)
     print(format_table(rows))
     for key, value in extra.items():
-        print(f"{key}: {json.dumps(value) if isinstance(value, dict) else value if isinstance(value, (str, int)) else f'{value:.3f}'}")
+        print(f"{key}: {_extra_text(value)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": [asdict(r) for r in rows], **extra}, indent=1))
     print(f"wrote {args.out}")
