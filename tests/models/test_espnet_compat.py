@@ -134,3 +134,21 @@ def test_a_missing_or_broken_torchaudio_is_stubbed(tmp_path, monkeypatch, no_tor
         with pytest.raises(StubbedModuleError, match=r"torchaudio.compliance.kaldi.fbank .*OSError: undefined symbol"):
             kaldi.fbank(torch.zeros(400))
     assert "torchaudio" not in sys.modules and "torchaudio.compliance.kaldi" not in sys.modules
+
+
+def _shipped_espnet_folders() -> list[Path]:
+    from pasu.settings import shipped_model
+
+    return sorted(p.parent for p in shipped_model("device").parent.glob("*/config.yaml"))
+
+
+@pytest.mark.parametrize("folder", _shipped_espnet_folders(), ids=lambda p: p.name)
+def test_every_shipped_model_encodes_alike_in_pasu_and_speech2text(folder):
+    s2t = speech2text(folder, beam_size=1, ctc_weight=0.3, nbest=1)
+    ours = EspnetRecognizer.from_folder(folder, OPTIONS)
+    speech, lengths = torch.from_numpy(_waveform(1.5, 7))[None], torch.tensor([24000])
+    with torch.inference_mode():
+        theirs, _ = s2t.asr_model.encode(speech, lengths)
+        mine, _ = ours.model.encode(speech, lengths)
+    assert torch.equal(theirs, mine)
+    assert s2t.asr_model.token_list == ours.tokenizer.token_list
