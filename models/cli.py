@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train an ESPnet hybrid CTC/attention model whose target is the intent, then the words with\n"
                     "inline slot markup, on a PASU corpus's train.jsonl, evaluating on a fixed dev subset.\n"
                     "Running the same command again resumes from EXPDIR/checkpoint.pt; at the end the best\n"
-                    "snapshots are averaged into EXPDIR/model_avg.pt.",
+                    "snapshots are averaged into EXPDIR/model_avg.pt. To end a run early but cleanly (dev\n"
+                    "evaluation, checkpoint, averaging), `touch EXPDIR/STOP` or press Ctrl-C once.",
         epilog="Examples:\n"
                "  pasu train --config models/configs/device_late_context.yaml --corpus data/corpus-tiny "
                "--out exp/device\n"

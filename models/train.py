@@ -9,14 +9,20 @@ EXPDIR layout:
     model_avg.pt      the average of the N best snapshots (ESPnet-style), written at the end
     summary.json      final dev scores, seconds per step, parameter count
     run.json          corpus folder and command line of the latest run
+    STOP              create it (`touch EXPDIR/STOP`) to end the run cleanly (see below); removed at start
 
 Resuming: run the same command again. The model section and tokenizer stored in EXPDIR win over the
 given config (the token list must not change under a checkpoint); the training options (steps, epochs,
 intervals, threads) come from the given config, so a finished run can be extended by raising max_steps.
+
+Stopping early: the STOP file, a first Ctrl-C or SIGTERM end the run after the current step exactly as a
+limit does (dev evaluation, checkpoint, averaging, summary), so a stopped run can be packaged; a second
+Ctrl-C aborts at once (the last periodic checkpoint stays).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -25,8 +31,10 @@ import math
 import os
 import random
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +62,8 @@ from pasu.models.targets import decode_target, target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
 
 log = logging.getLogger(__name__)
+
+STOP_FILE = "STOP"  # EXPDIR/STOP: end the run after the current step
 
 # SpecAugment when the config turns it on without settings: ESPnet's usual ASR values (freq masks of up
 # to 27 of 80 bins, time masks of up to 5% of the utterance, 2 each, light time warp).
@@ -399,6 +409,29 @@ def train(
     return loop.run()
 
 
+@contextlib.contextmanager
+def _stop_on_signals(request_stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call request_stop the first time; a second SIGINT raises KeyboardInterrupt.
+    Outside the main thread (where handlers cannot be set) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+
+    def handle(signum: int, _frame: Any) -> None:
+        if received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        received.append(signum)
+        request_stop()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _set_threads(n: int) -> None:
     torch.set_num_threads(n)
     try:
@@ -530,7 +563,9 @@ class _Loop:
         self.last_ckpt = self.last_eval = self.run_start = time.monotonic()
         self.elapsed_before = self.state.elapsed
         start_step = self.state.step
-        with tqdm(total=total, initial=min(self.state.step, total or self.state.step), unit="step", dynamic_ncols=True) as bar:
+        (self.exp_dir / STOP_FILE).unlink(missing_ok=True)  # a stale request must not end this run
+        self.stop_requested = False
+        with _stop_on_signals(self._request_stop), tqdm(total=total, initial=min(self.state.step, total or self.state.step), unit="step", dynamic_ncols=True) as bar:
             self.bar = bar
             while not self._done():
                 self._run_epoch()
@@ -543,10 +578,18 @@ class _Loop:
         self.log_file.close()
         return result
 
+    def _request_stop(self) -> None:
+        log.warning("stopping after this step (once more to abort)")
+        self.stop_requested = True
+
     def _done(self) -> bool:
         opts = self.config.train
+        if not self.stop_requested and (self.exp_dir / STOP_FILE).exists():
+            log.warning("%s found: stopping after this step", self.exp_dir / STOP_FILE)
+            self.stop_requested = True
         return (
-            (opts.max_steps is not None and self.state.step >= opts.max_steps)
+            self.stop_requested
+            or (opts.max_steps is not None and self.state.step >= opts.max_steps)
             or (opts.max_epochs is not None and self.state.epoch >= opts.max_epochs)
             or (opts.max_minutes is not None and time.monotonic() - self.run_start >= 60 * opts.max_minutes)
         )

@@ -1,7 +1,11 @@
-"""`pasu train`: configs, LR schedule, a few real steps, resume, snapshot averaging, the CLI."""
+"""`pasu train`: configs, LR schedule, a few real steps, resume, snapshot averaging, stopping early, the CLI."""
 
 import dataclasses
 import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from pasu.models.train import (
     OptimOptions,
     TrainOptions,
     DataOptions,
+    STOP_FILE,
     average_state_dicts,
     config_from_dict,
     learning_rate,
@@ -189,6 +194,39 @@ def test_time_box_and_overrides(corpus, tmp_path):
         load_config(CONFIGS / "device_late_context.yaml", ["optim.lr"])
     result = train(tiny_config(max_minutes=0.0), corpus, tmp_path / "exp")  # time is up before the first step
     assert result.steps == 0 and result.final_dev is not None and (tmp_path / "exp" / "checkpoint.pt").exists()
+
+
+def _when_step_logged(exp: Path, step: int, action) -> threading.Thread:
+    """A thread that runs `action` once the training log has a train line for `step` (or gives up after 60 s)."""
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (exp / "log.jsonl").exists() and any(r["step"] >= step for r in _log(exp, "train")):
+                action()
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("how", ["stop_file", "sigint", "sigterm"])
+def test_a_stop_request_ends_the_run_like_a_limit(corpus, tmp_path, how):
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / STOP_FILE).touch()  # stale, from an earlier run: must not stop this one
+    requests = {"stop_file": lambda: (exp / STOP_FILE).touch(),
+                "sigint": lambda: os.kill(os.getpid(), signal.SIGINT),
+                "sigterm": lambda: os.kill(os.getpid(), signal.SIGTERM)}
+    watcher = _when_step_logged(exp, 2, requests[how])
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    result = train(tiny_config(max_steps=10_000), corpus, exp)
+    watcher.join()
+    assert 2 <= result.steps < 100  # stopped right after the request, not at the limit
+    assert (exp / "model_avg.pt").exists() and result.final_dev is not None  # packaged-ready, as at a limit
+    assert json.loads((exp / "summary.json").read_text())["steps"] == result.steps
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
 
 
 def test_average_state_dicts(tmp_path):
