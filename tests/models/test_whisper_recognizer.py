@@ -57,6 +57,15 @@ def test_without_the_lm_whisper_keeps_its_own_best(whisper, lights_off):
     assert words[:2] == ["turn", "off"] and result.text != "turn off the lights in the kitchen"
 
 
+@needs_espeak
+def test_audio_longer_than_whispers_window_is_read_to_the_end(whisper, lights_off):
+    import numpy as np
+
+    gap = np.zeros(30 * 16000 - len(lights_off) + 8000, dtype=np.float32)  # the 2nd command starts at 30.5 s
+    [result] = whisper.recognize_batch([np.concatenate([lights_off, gap, lights_off])])
+    assert result.text.split().count("kitchen") == 2, result.text
+
+
 def test_a_missing_lm_file_names_the_command_that_rebuilds_it(tmp_path: Path):
     (tmp_path / "whisper.yaml").write_text("rescore_lm: ngram.json.gz\n")
     with pytest.raises(OSError, match="pasu lm ngram"):
