@@ -95,7 +95,7 @@ def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0)
 
 
 @dataclass(frozen=True)
-class _Hypothesis:
+class Hypothesis:
     text: str  # in the corpus's spoken form
     logprob: float  # Whisper's total log-probability of its tokens
     mean_logprob: float  # per token (Whisper's avg_logprob)
@@ -145,25 +145,30 @@ class WhisperRecognizer:
         confidence = math.exp(float(np.mean([h.mean_logprob for h in kept]))) if kept else 0.0
         return Recognition(text=text, intent="", slots=(), confidence=min(confidence, 1.0))
 
-    def _decode_window(self, window: np.ndarray) -> _Hypothesis | None:
+    def _decode_window(self, window: np.ndarray) -> Hypothesis | None:
         """The best of the beam's hypotheses for up to 30 s of audio; None for a window Whisper calls silent."""
+        hypotheses = self.nbest(window)
+        return max(hypotheses, key=self._score) if hypotheses else None
+
+    def nbest(self, window: np.ndarray) -> list[Hypothesis]:
+        """Whisper's beam for up to 30 s of audio, in its own order, before any LM; [] for a silent window."""
         import ctranslate2
 
-        features = self.model.feature_extractor(window)[:, :WINDOW_FRAMES]
+        features = self.model.feature_extractor(np.asarray(window, dtype=np.float32))[:, :WINDOW_FRAMES]
         features = np.pad(features, ((0, 0), (0, WINDOW_FRAMES - features.shape[1])))
         [result] = self.model.model.generate(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
             [self.prompt], beam_size=self.weights.beam_size, num_hypotheses=self.weights.beam_size,
             return_scores=True, return_no_speech_prob=True, max_length=MAX_TOKENS)
         # CTranslate2's scores are per token (total / number of tokens): the LM adds to totals
-        hypotheses = [_Hypothesis(spoken_form(self.tokenizer.decode(ids)), score * max(len(ids), 1), score)
+        hypotheses = [Hypothesis(spoken_form(self.tokenizer.decode(ids)), score * max(len(ids), 1), score)
                       for ids, score in zip(result.sequences_ids, result.scores)]
         # Whisper's own silence rule: a likely no-speech window whose best text is also unlikely is dropped
         if result.no_speech_prob > NO_SPEECH_PROB and hypotheses[0].mean_logprob < SILENT_MEAN_LOGPROB:
-            return None
-        return max(hypotheses, key=self._score)
+            return []
+        return hypotheses
 
-    def _score(self, hypothesis: _Hypothesis) -> float:
+    def _score(self, hypothesis: Hypothesis) -> float:
         if self.lm is None:
             return hypothesis.logprob
         return hypothesis.logprob + self.weights.lm_weight * self.lm.sentence_logprob(hypothesis.text)
