@@ -83,7 +83,6 @@ class CtcPrefixScorer:
         n, p = ids.shape
         T = self.num_frames
         xs = self.logp[:, ids]  # (T, n, P)
-        x_ = torch.stack([xs, self.logp[:, self.blank].view(T, 1, 1).expand(T, n, p)])  # (2, T, n, P)
         r = torch.full((T, 2, n, p), LOGZERO, dtype=self.logp.dtype)
         if output_length == 0:
             r[0, 0] = xs[0]
@@ -97,15 +96,34 @@ class CtcPrefixScorer:
                 raise ValueError(f"leap frame {leap.frame} must exceed the prefix length {output_length}")
             begin = leap.frame
             r[:begin] = leap.r
-        for t in range(begin, T):
-            rp = r[t - 1]
-            rr = torch.stack([rp[0], log_phi[t - 1], rp[0], rp[1]]).view(2, 2, n, p)
-            r[t] = torch.logsumexp(rr, 1) + x_[:, t]
+        if begin < T:
+            r[begin:] = self._forward(r[begin - 1], log_phi[begin - 1:T - 1], xs[begin:], begin)
         log_phi_x = torch.cat((log_phi[0].unsqueeze(0), log_phi[:-1]), dim=0) + xs  # (T, n, P)
         head = self._head(r, begin, leap)  # (1, n, P): everything before frame `begin`
         psi = torch.logsumexp(torch.cat((log_phi_x[begin:], head), dim=0), dim=0)
         psi_cum = self._cumulative(log_phi_x, head, begin, leap) if record else None
         return psi, r, psi_cum
+
+    def _forward(self, r_start: torch.Tensor, log_phi: torch.Tensor, xs: torch.Tensor, begin: int) -> torch.Tensor:
+        """r^n_t, r^b_t for t = begin..T-1 from r_start = r[begin - 1], without a loop over frames.
+
+        In the probability domain both recursions are first-order linear:
+        r^n_t = (r^n_{t-1} + phi_{t-1}) x_t and r^b_t = (r^n_{t-1} + r^b_{t-1}) b_t. With X_t = x_begin ... x_t,
+        r^n_t = X_t (r^n_{begin-1} + phi_{begin-1} + sum_{begin <= s < t} phi_s / X_s), and r^b likewise
+        once r^n is known: a cumulative sum and a log-cum-sum-exp each, where a loop pays a handful of tiny
+        tensor ops per frame (half the decode time of a 3-s command). float64: log X_t falls by thousands of
+        nats over a long input, and differences of such numbers need the extra digits.
+        """
+        f64 = torch.float64
+        log_x = torch.cumsum(xs.to(f64), 0)  # (T - begin, n, P): log X_t
+        log_b = torch.cumsum(self.logp[begin:, self.blank].to(f64), 0).view(-1, 1, 1)  # log B_t, blanks
+        phi = log_phi.to(f64)  # phi_{begin-1} .. phi_{T-2}
+        start_n, start_b = r_start.to(f64)
+        terms = torch.cat((torch.logaddexp(start_n, phi[0]).unsqueeze(0), phi[1:] - log_x[:-1]))
+        r_n = log_x + torch.logcumsumexp(terms, 0)
+        terms = torch.cat((torch.logaddexp(start_b, start_n).unsqueeze(0), r_n[:-1] - log_b[:-1]))
+        r_b = log_b + torch.logcumsumexp(terms, 0)
+        return torch.stack((r_n, r_b), dim=1).to(self.logp.dtype)  # (T - begin, 2, n, P)
 
     @staticmethod
     def _head(r: torch.Tensor, begin: int, leap: LeapStart | None) -> torch.Tensor:

@@ -38,6 +38,23 @@ def test_second_token_scores_equal_espnet():
     assert torch.allclose(psi[0] - log_psi[0, 4], espnet_inc[0, ids[0]], atol=1e-4)
 
 
+def test_scores_equal_espnet_on_a_30_second_input():
+    """The frame recursion in closed form keeps ESPnet's numbers where log X_t spans thousands of nats."""
+    logp, eos = _posteriors(750, vocab=40, seed=5), 39
+    ours = CtcPrefixScorer(logp, blank=0, eos=eos)
+    first = torch.tensor([[4, 6, 9]])
+    _, r, _ = ours.score(0, torch.tensor([eos]), ours.initial_forward().unsqueeze(2), first)
+    ids = torch.tensor([[4, 2, 9, 17, 30]])
+    psi, _, _ = ours.score(1, torch.tensor([4]), r[:, :, :, 0], ids)
+
+    theirs = CTCPrefixScoreTH(logp.unsqueeze(0).clone(), torch.tensor([750]), 0, eos)
+    espnet_first, state = theirs([torch.tensor([eos])], None, first)
+    r_e, log_psi, f_min, f_max, _ = state
+    state = (r_e[:, :, 0, 0].unsqueeze(2), log_psi[0, 4].view(1), f_min, f_max)
+    espnet_inc, _ = theirs([torch.tensor([eos, 4])], state, ids)
+    assert torch.allclose(psi[0] - log_psi[0, 4], espnet_inc[0, ids[0]], atol=1e-3, rtol=1e-5)
+
+
 def test_leap_is_exact_when_the_early_posteriors_are_unchanged():
     full = _posteriors(40, seed=2)
     pilot = full[:28]  # the pilot saw the first 28 frames; the full input has the same posteriors there
