@@ -51,7 +51,7 @@ class PilotOptions:
     interval_seconds: float = 1.0  # tau: audio seconds between pilots
     incremental: bool = True  # each pilot follows the previous one's hypothesis and reuses its CTC state
     search: SearchOptions = SearchOptions(beam_size=3, max_tokens=15, pre_beam_size=10, record_ctc=True,
-                                          beam_collapse=True, ctc_leap=True)
+                                          beam_collapse=True, ctc_leap=True, stop_when_decided=True)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class AgentOptions:
     # ESPnet's own BatchBeamSearch / BeamSearch on the full input (the vanilla baselines; pilots still run
     # when enabled, e.g. for the offloading decision)
     final_search: SearchOptions = SearchOptions(beam_size=5, ctc_weight=0.3, beam_collapse=True,
-                                                early_termination=True, ctc_leap=True)
+                                                early_termination=True, ctc_leap=True, stop_when_decided=True)
     cloud_deadline_s: float = 2.0  # budget of one offload, retries included; then the local result is used
 
 
@@ -231,7 +231,8 @@ class Session:
             tokens = list(best.tokens) if best else []
             confidence = _confidence(best)
             info = {"steps": result.stats.steps, "collapsed": result.stats.collapsed_steps,
-                    "leaps": result.stats.leap_scorings, "early_stop": result.stats.early_stop}
+                    "leaps": result.stats.leap_scorings, "early_stop": result.stats.early_stop,
+                    "decided_stop": result.stats.decided_stop}
         else:
             tokens, confidence = self.model.espnet_decode(self.espnet_search, encoded)
             best, info = None, {}

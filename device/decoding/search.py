@@ -12,6 +12,10 @@ hypothesis of an earlier search over a prefix of the same input (a pilot):
 - CTC leap: for a prefix the reference search scored too, copy its CTC forward variables for frames
   before p * T_ref and compute only the rest, when enough of the pre-beam tokens agree with its record.
 
+One more needs no reference (ours, not the paper's): stop as soon as the best ended hypothesis outscores every
+running one. Scores only fall as hypotheses grow, so the answer is already decided; ESPnet's end detection
+waits for several more lengths to end badly.
+
 Pilots themselves run this search with a token cap, recording CTC forward variables for the next one.
 """
 
@@ -54,6 +58,10 @@ class SearchOptions:
     leap_fraction: float = 0.75  # p: frames [0, p * T_ref) are copied, the end of the pilot is recomputed
     leap_agreement: float = 0.7  # share of a hypothesis' pre-beam the record must hold (paper: 7 of 10)
     record_ctc: bool = False  # keep CTC forward variables of every scored prefix (for the next leap)
+    # stop once the best ended hypothesis outscores every running one: with length_bonus <= 0 every step
+    # adds log-probabilities (<= 0) to a hypothesis' score, so the best answer can no longer change (exact
+    # for the best hypothesis; the n-best list behind it is shorter). Needs no reference.
+    stop_when_decided: bool = False
 
     @property
     def pre_beam(self) -> int:
@@ -88,6 +96,7 @@ class SearchStats:
     leap_scorings: int = 0  # hypothesis-steps whose CTC scores started from recorded forward variables
     ctc_frames: int = 0  # CTC forward frames computed (hypothesis-steps x frames): the CTC work done
     early_stop: bool = False  # ended at the predicted length
+    decided_stop: bool = False  # ended because no running hypothesis could overtake the best ended one
 
 
 @dataclass(frozen=True)
@@ -227,9 +236,18 @@ class _Run:
         if self.predicted_length is not None and self.i >= self.predicted_length and self.ended:
             self.stats.early_stop = True
             self.finished = True
+        elif self._decided():
+            self.stats.decided_stop = True
+            self.finished = True
         elif self.o.max_tokens is None and end_detect(self.ended, i):
             self.finished = True
         self.finished = self.finished or not self.running or self.i >= self.maxlen
+
+    def _decided(self) -> bool:
+        """The best ended hypothesis outscores every running one, whose scores can only fall from here."""
+        if not (self.o.stop_when_decided and self.o.length_bonus <= 0 and self.ended and self.running):
+            return False
+        return max(h.score for h in self.ended) >= max(h.score for h in self.running)
 
     def _collapse(self, new: list[Hypothesis]) -> bool:
         """The step's best candidate is the reference's token at this position: follow it alone."""

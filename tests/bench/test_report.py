@@ -47,7 +47,7 @@ def test_report_from_local_results(tmp_path):
     ours = next(r for r in rows if r["config"] == "ours")
     assert f"{ours['latency_p50_ms']:.0f}" in report  # the measured median is in the tables
     ablation = next(line for line in report.splitlines() if line.startswith("| tiny-untrained / test |"))
-    assert ablation.count("|") == len(ABLATION) + 2 and ablation.count(" - ") == 4  # 3 of 7 configs were run
+    assert ablation.count("|") == len(ABLATION) + 2 and ablation.count(" - ") == len(ABLATION) - 3  # 3 were run
     assert "tau 2 s" in report and "from scratch" in report
     assert "run `pasu bench hybrid` first" in report and "run `pasu bench load` first" in report
     for name in ("local_latency_accuracy.png", "ablation.png", "tau_sweep.png"):

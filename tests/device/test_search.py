@@ -78,6 +78,23 @@ def test_early_termination_stops_at_the_predicted_length(tiny_model, encoded, va
     assert result.best.ended
 
 
+def test_stopping_when_decided_returns_the_vanilla_answer_in_fewer_steps(tiny_model, encoded, vanilla):
+    saved = 0
+    for enc, v in zip(encoded, vanilla):
+        result = tiny_model.search.search(enc, SearchOptions(stop_when_decided=True))
+        assert result.best.tokens == v.best.tokens
+        assert result.best.score == pytest.approx(v.best.score, abs=1e-4)
+        assert result.stats.steps <= v.stats.steps
+        saved += v.stats.steps - result.stats.steps
+    assert saved > 0  # ESPnet's end detection runs on after the answer is decided
+
+
+def test_a_length_bonus_turns_the_decided_stop_off(tiny_model, encoded):
+    # a positive bonus can lift a running hypothesis past the best ended one: the stop would not be exact
+    options = SearchOptions(stop_when_decided=True, length_bonus=1.0)
+    assert not any(tiny_model.search.search(enc, options).stats.decided_stop for enc in encoded)
+
+
 def test_ctc_leap_over_unchanged_frames_returns_the_vanilla_answer(tiny_model, encoded, vanilla):
     vocab = len(tiny_model.token_list)
     for enc, v in zip(encoded, vanilla):
