@@ -53,6 +53,8 @@ class CtcPrefixScorer:
         self.blank = blank
         self.eos = eos
         self.num_frames = logp.size(0)
+        # log b_0 + ... + b_t in float64, once per utterance: every score() call reads its blank run from here
+        self.blank_cum = torch.cumsum(logp[:, blank].to(torch.float64), 0)
 
     def initial_forward(self) -> torch.Tensor:
         """(T, 2) forward variables of the empty prefix: all blanks."""
@@ -116,7 +118,7 @@ class CtcPrefixScorer:
         """
         f64 = torch.float64
         log_x = torch.cumsum(xs.to(f64), 0)  # (T - begin, n, P): log X_t
-        log_b = torch.cumsum(self.logp[begin:, self.blank].to(f64), 0).view(-1, 1, 1)  # log B_t, blanks
+        log_b = (self.blank_cum[begin:] - self.blank_cum[begin - 1]).view(-1, 1, 1)  # log B_t, blanks only
         phi = log_phi.to(f64)  # phi_{begin-1} .. phi_{T-2}
         start_n, start_b = r_start.to(f64)
         terms = torch.cat((torch.logaddexp(start_n, phi[0]).unsqueeze(0), phi[1:] - log_x[:-1]))
