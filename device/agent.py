@@ -62,7 +62,8 @@ class AgentOptions:
     # ESPnet's own BatchBeamSearch / BeamSearch on the full input (the vanilla baselines; pilots still run
     # when enabled, e.g. for the offloading decision)
     final_search: SearchOptions = SearchOptions(beam_size=5, ctc_weight=0.3, beam_collapse=True,
-                                                early_termination=True, ctc_leap=True, stop_when_decided=True)
+                                                early_termination=True, ctc_leap=True, stop_when_decided=True,
+                                                rescore_first_tokens=5)
     cloud_deadline_s: float = 2.0  # budget of one offload, retries included; then the local result is used
 
 

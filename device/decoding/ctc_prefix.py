@@ -62,6 +62,14 @@ class CtcPrefixScorer:
         r[:, 1] = torch.cumsum(self.logp[:, self.blank], 0)
         return r
 
+    def log_likelihood(self, seqs: torch.Tensor) -> torch.Tensor:
+        """log p_CTC(y) of whole (k, L) token sequences: (k,), what their prefix-score increments add up to."""
+        k, length = seqs.shape
+        nll = torch.nn.functional.ctc_loss(
+            self.logp.unsqueeze(1).expand(-1, k, -1), seqs, torch.full((k,), self.num_frames),
+            torch.full((k,), length), blank=self.blank, reduction="none", zero_infinity=False)
+        return -nll
+
     def eos_scores(self, r_prev: torch.Tensor) -> torch.Tensor:
         """log p(g ends here) for each prefix: (T, 2, n) -> (n,)."""
         return torch.logsumexp(r_prev[-1], 0)

@@ -12,9 +12,15 @@ hypothesis of an earlier search over a prefix of the same input (a pilot):
 - CTC leap: for a prefix the reference search scored too, copy its CTC forward variables for frames
   before p * T_ref and compute only the rest, when enough of the pre-beam tokens agree with its record.
 
-One more needs no reference (ours, not the paper's): stop as soon as the best ended hypothesis outscores every
-running one. Scores only fall as hypotheses grow, so the answer is already decided; ESPnet's end detection
-waits for several more lengths to end badly.
+Two more need no reference (ours, not the paper's):
+
+- decided stop: stop as soon as the best ended hypothesis outscores every running one. Scores only fall as
+  hypotheses grow, so the answer is already decided; ESPnet's end detection waits for several more lengths to
+  end badly.
+- first-token rescoring: the best hypothesis is scored again with each of the first step's k best first
+  tokens in place of its own (one teacher-forced decoder pass and one CTC pass for all k), and the best
+  scoring one is returned. With SLURP-style targets the first token is the intent: beam collapse fixes it at
+  the first step, while a full beam could still let another intent overtake once the words are heard.
 
 Pilots themselves run this search with a token cap, recording CTC forward variables for the next one.
 """
@@ -62,6 +68,9 @@ class SearchOptions:
     # adds log-probabilities (<= 0) to a hypothesis' score, so the best answer can no longer change (exact
     # for the best hypothesis; the n-best list behind it is shorter). Needs no reference.
     stop_when_decided: bool = False
+    # k > 1: the best hypothesis is rescored with each of the first step's k best first tokens in its place
+    # (SLURP-style targets: the intent) and the best scoring one is returned; <= 1: off
+    rescore_first_tokens: int = 0
 
     @property
     def pre_beam(self) -> int:
@@ -97,6 +106,7 @@ class SearchStats:
     ctc_frames: int = 0  # CTC forward frames computed (hypothesis-steps x frames): the CTC work done
     early_stop: bool = False  # ended at the predicted length
     decided_stop: bool = False  # ended because no running hypothesis could overtake the best ended one
+    first_token_rescored: bool = False  # the best hypothesis' first token was replaced by a better scoring one
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,20 @@ class BeamSearch:
             run.step()
         return run.result()
 
+    @torch.inference_mode()
+    def token_scores(self, encoded: torch.Tensor, sequences: Sequence[Sequence[int]],
+                     options: SearchOptions = SearchOptions()) -> list[Hypothesis]:
+        """Given token sequences (no <sos>/<eos>, equal lengths) as ended hypotheses, scored on (T, D) encoder
+        frames as the search with `options` would score them (forced decoding: per-token scores and total)."""
+        seqs = torch.tensor([list(s) for s in sequences], dtype=torch.long)
+        memory = encoded.unsqueeze(0)
+        ctc = CtcPrefixScorer(self.ctc.log_softmax(memory)[0], self.blank, self.eos)
+        att, inc = forced_att(self, memory, seqs), forced_ctc(self, ctc, seqs)
+        static = (self.banned + options.length_bonus)[torch.cat((seqs, torch.full((len(seqs), 1), self.eos)), 1)]
+        totals = ((1.0 - options.ctc_weight) * att + options.ctc_weight * inc + static).sum(1)
+        return [Hypothesis(tuple(s), float(t), True, tuple(a.tolist()), tuple(c.tolist()))
+                for s, t, a, c in zip(seqs.tolist(), totals, att, inc)]
+
 
 class _Run:
     """The state of one search: running and ended hypotheses, step by step."""
@@ -171,6 +195,7 @@ class _Run:
         self.running = [Hypothesis((), 0.0, False, ctc_r=self.ctc.initial_forward())]
         self.ended: list[Hypothesis] = []
         self.i = 0
+        self.first_tokens: list[int] = []  # the first step's best first tokens (rescore_first_tokens)
         self.finished = self.maxlen <= 0
 
     # ---- reference-derived settings -------------------------------------------------------------------
@@ -198,6 +223,9 @@ class _Run:
         ids = _pre_beam(weighted, self.o.pre_beam)
         ctc_inc, cand_r, psi, ids = self._ctc_scores(hyps, ids)
         total = weighted + self.o.ctc_weight * ctc_inc + torch.tensor([h.score for h in hyps]).unsqueeze(1)
+        if self.i == 0:
+            self.first_tokens = _first_token_candidates(total[0], ids[0], self.o.rescore_first_tokens,
+                                                        (self.s.eos, self.s.blank))
         k = min(self.o.beam_size, total.numel())
         top_scores, top = total.view(-1).topk(k)
         new = []
@@ -329,7 +357,65 @@ class _Run:
         if self.o.max_tokens is not None:  # a capped (pilot) search also offers its unfinished hypotheses
             pool += self.running
         pool.sort(key=lambda h: h.score, reverse=True)
+        if pool and pool[0].ended and len(self.first_tokens) > 1:
+            best = self._rescore_first_token(pool[0])
+            if best is not pool[0]:
+                pool.insert(0, best)
+                self.stats.first_token_rescored = True
         return SearchResult(pool, self.T, self.stats, self.cache)
+
+    def _rescore_first_token(self, best: Hypothesis) -> Hypothesis:
+        """`best` with the first token that scores it highest (itself unless another scores higher)."""
+        if not best.tokens:
+            return best
+        first = [best.tokens[0]] + [c for c in self.first_tokens if c != best.tokens[0]]
+        seqs = torch.tensor([[c, *best.tokens[1:]] for c in first], dtype=torch.long)  # (k, L)
+        att = forced_att(self.s, self.memory, seqs)
+        static = self.static_scores[torch.cat((seqs, torch.full((len(first), 1), self.s.eos)), 1)]
+        # the CTC increments of a sequence add up to its CTC log-likelihood: one ctc_loss call scores all k
+        totals = ((1.0 - self.o.ctc_weight) * att + static).sum(1) + self.o.ctc_weight * self.ctc.log_likelihood(seqs)
+        j = int(totals.argmax())
+        # best's own score came from the beam's incremental arithmetic: compare like with like, and let only a
+        # clearly better alternative replace it
+        if j == 0 or float(totals[j]) <= float(totals[0]) + 1e-4:
+            return best
+        ctc = forced_ctc(self.s, self.ctc, seqs[j: j + 1])[0]
+        return Hypothesis(tuple(seqs[j].tolist()), best.score + float(totals[j] - totals[0]), True,
+                          tuple(att[j].tolist()), tuple(ctc.tolist()))
+
+
+def forced_att(search: BeamSearch, memory: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+    """Attention-decoder log-probability of each token of (k, L) sequences, then of <eos>: (k, L + 1), from one
+    teacher-forced decoder pass over the (1, T, D) encoder output `memory` instead of L incremental steps."""
+    k, length = seqs.shape
+    ys_in = torch.cat((torch.full((k, 1), search.sos), seqs), 1)
+    targets = torch.cat((seqs, torch.full((k, 1), search.eos)), 1)
+    logits, _ = search.decoder(memory.expand(k, -1, -1), torch.full((k,), memory.size(1)), ys_in,
+                               torch.full((k,), length + 1))
+    return torch.log_softmax(logits, -1).gather(2, targets.unsqueeze(2)).squeeze(2)
+
+
+def forced_ctc(search: BeamSearch, ctc: CtcPrefixScorer, seqs: torch.Tensor) -> torch.Tensor:
+    """CTC prefix-score increment of each token of (k, L) sequences, then of <eos>: (k, L + 1)."""
+    k, length = seqs.shape
+    r = ctc.initial_forward().unsqueeze(2).expand(-1, -1, k)
+    prev, last = torch.zeros(k), torch.full((k,), search.sos)
+    increments = []
+    for i in range(min(length, ctc.num_frames)):  # CTC cannot emit more tokens than there are frames
+        psi, r_next, _ = ctc.score(i, last, r, seqs[:, i: i + 1])
+        increments.append(psi[:, 0] - prev)
+        prev, r, last = psi[:, 0], r_next[:, :, :, 0], seqs[:, i]
+    increments += [torch.full((k,), LOGZERO)] * (length - len(increments))
+    increments.append(ctc.eos_scores(r) - prev)
+    return torch.stack(increments, 1)
+
+
+def _first_token_candidates(scores: torch.Tensor, pre_beam: torch.Tensor, k: int, excluded: tuple[int, ...]) -> list[int]:
+    """The k best of the first step's pre-beam tokens by total score (`excluded` and banned ones left out)."""
+    if k <= 1:
+        return []
+    ranked = sorted(pre_beam.tolist(), key=lambda c: float(scores[c]), reverse=True)
+    return [c for c in ranked if c not in excluded and float(scores[c]) > BANNED_SCORE / 2][:k]
 
 
 def _pre_beam(weighted: torch.Tensor, size: int) -> torch.Tensor:

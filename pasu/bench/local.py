@@ -31,7 +31,7 @@ from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 from pasu.settings import shipped_model
 
 ALL_ON = SearchOptions(beam_size=5, ctc_weight=0.3, beam_collapse=True, early_termination=True, ctc_leap=True,
-                       stop_when_decided=True)
+                       stop_when_decided=True, rescore_first_tokens=5)
 PLAIN = SearchOptions(beam_size=5, ctc_weight=0.3)
 NO_PILOT = PilotOptions(enabled=False)
 
@@ -48,6 +48,7 @@ def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5)) -> dict[str, Agent
         "only_early_termination": AgentOptions(pilot=pilot, final_search=replace(PLAIN, early_termination=True)),
         "only_ctc_leap": AgentOptions(pilot=pilot, final_search=replace(PLAIN, ctc_leap=True)),
         "only_decided_stop": AgentOptions(pilot=pilot, final_search=replace(PLAIN, stop_when_decided=True)),
+        "ours_no_rescore": AgentOptions(pilot=pilot, final_search=replace(ALL_ON, rescore_first_tokens=0)),
         "ours_non_incremental": AgentOptions(pilot=replace(pilot, incremental=False), final_search=ALL_ON),
     }
     for tau in taus:

@@ -69,3 +69,18 @@ def test_leap_differs_when_the_early_posteriors_changed():
     exact, _, _ = scorer.score(0, start, r0, ids)
     leapt, _, _ = scorer.score(0, start, r0, ids, leap=LeapStart(20, r_p[:20], cum_p[:20]))
     assert not torch.allclose(exact, leapt, atol=1e-3)
+
+
+def test_log_likelihood_is_what_the_prefix_increments_add_up_to(tiny_model, speech_like):
+    from pasu.device.decoding.search import SearchOptions
+
+    wave = torch.from_numpy(speech_like(1.3, 3)).unsqueeze(0)
+    with torch.inference_mode():
+        enc, lengths = tiny_model.model.encode(wave, torch.tensor([wave.size(1)]))
+        result = tiny_model.search.search(enc[0], SearchOptions())
+        scorer = CtcPrefixScorer(tiny_model.search.ctc.log_softmax(enc)[0], 0, tiny_model.search.eos)
+        ended = [h for h in result.hypotheses if len(h.token_ctc) == len(h.tokens) + 1][:3]
+        assert ended
+        for h in ended:
+            ll = scorer.log_likelihood(torch.tensor([h.tokens]))
+            assert float(ll[0]) == pytest.approx(sum(h.token_ctc), abs=1e-3)

@@ -126,3 +126,41 @@ def test_a_search_can_be_abandoned_between_steps(tiny_model, encoded):
     with pytest.raises(SearchAborted):
         tiny_model.search.search(encoded[0], SearchOptions(), should_abort=abort_on_third_poll)
     assert len(calls) == 3
+
+
+def test_first_token_rescoring_keeps_a_best_hypothesis_no_alternative_beats(tiny_model, encoded, vanilla):
+    for enc, v in zip(encoded, vanilla):
+        result = tiny_model.search.search(enc, SearchOptions(rescore_first_tokens=5))
+        assert result.best.tokens[1:] == v.best.tokens[1:]
+        assert result.best.score >= v.best.score - 1e-4
+        if not result.stats.first_token_rescored:
+            assert result.best == v.best
+
+
+def test_forced_scores_reproduce_the_searchs_own(tiny_model, encoded, vanilla):
+    checked = 0
+    for enc, v in zip(encoded, vanilla):
+        # a hypothesis ended by the length limit has no <eos> score (ESPnet forces the end there)
+        for hyp in [h for h in v.hypotheses[:3] if len(h.token_att) == len(h.tokens) + 1]:
+            checked += 1
+            forced = tiny_model.search.token_scores(enc, [hyp.tokens])[0]
+            assert forced.token_att == pytest.approx(hyp.token_att, abs=1e-4)
+            assert forced.token_ctc == pytest.approx(hyp.token_ctc, abs=1e-3)
+            assert forced.score == pytest.approx(hyp.score, abs=1e-3)
+    assert checked >= 4
+
+
+def test_first_token_rescoring_picks_the_best_scoring_first_token(tiny_model, encoded):
+    """Greedy search commits to its first token (as collapse does); rescoring tries the others."""
+    search = tiny_model.search
+    for enc in encoded:
+        plain = search.search(enc, SearchOptions(beam_size=1))
+        rescored = search.search(enc, SearchOptions(beam_size=1, rescore_first_tokens=5))
+        candidates = search.search(enc, SearchOptions(beam_size=5, max_tokens=1)).hypotheses
+        firsts = [h.tokens[0] for h in candidates if h.tokens]
+        tail = plain.best.tokens[1:]
+        scored = search.token_scores(enc, [(c, *tail) for c in firsts])
+        best = max(scored + search.token_scores(enc, [plain.best.tokens]), key=lambda h: h.score)
+        assert rescored.best.tokens == best.tokens
+        assert rescored.stats.first_token_rescored == (best.tokens != plain.best.tokens)
+        assert rescored.best.score == pytest.approx(best.score, abs=1e-3)
