@@ -1,0 +1,48 @@
+"""`pasu bench local` end to end on a tiny model folder and a synthetic corpus."""
+
+from __future__ import annotations
+
+import json
+
+from pasu.bench.local import configurations
+from pasu.cli import main
+from pasu.device.agent import AgentOptions
+from pasu.models.data import write_synthetic_corpus
+
+CONFIGS = ("espnet_beam", "espnet_batch", "ours", "ours_with_leap")
+
+
+def test_ours_is_the_agents_shipped_decode_and_with_leap_adds_only_the_leap():
+    configs = configurations()
+    assert configs["ours"].final_search == AgentOptions().final_search
+    assert not configs["ours"].final_search.ctc_leap
+    assert configs["ours_with_leap"].final_search.ctc_leap
+    assert configs["espnet_batch"].decoder == "espnet_batch" and not configs["espnet_batch"].pilot.enabled
+
+
+def test_bench_local_measures_each_configuration_side_by_side(tmp_path, cloud_support, capsys):
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=1, n_dev=3)
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    out = tmp_path / "local.json"
+    code = main(["bench", "local", "--corpus", str(corpus), "--models", str(model), "--splits", "dev",
+                 "--utterances", "0", "--configs", *CONFIGS, "--no-whisper", "--check-clock", "2",
+                 "--out", str(out)])
+    assert code == 0
+    results = json.loads(out.read_text())
+    rows = {r["config"]: r for r in results["rows"]}
+    assert set(rows) == set(CONFIGS)
+    for row in rows.values():
+        assert row["n"] == 3 and row["split"] == "dev"
+        assert 0 < row["latency_p50_ms"] <= row["latency_p99_ms"]
+        assert 0.0 <= row["wer"]
+    # the speed-ups are ratios of medians measured in this one run
+    batch, beam = rows["espnet_batch"], rows["espnet_beam"]
+    assert rows["ours"]["speedup_vs_batch"] == batch["latency_p50_ms"] / rows["ours"]["latency_p50_ms"]
+    assert rows["ours"]["speedup_vs_beam"] == beam["latency_p50_ms"] / rows["ours"]["latency_p50_ms"]
+    clock = results["tiny-untrained_clock_check"]
+    assert clock["n"] == 2
+    assert clock["virtual_p50_ms"] > 0 and clock["realtime_p50_ms"] > 0
+    assert clock["p50_relative_difference"] == abs(clock["virtual_p50_ms"] - clock["realtime_p50_ms"]) / clock[
+        "realtime_p50_ms"]
+    printed = capsys.readouterr().out
+    assert "| tiny-untrained | dev | ours |" in printed and "clock_check" in printed
