@@ -80,7 +80,7 @@ def collect_split(model_folder: Path, corpus: Path, split: str, utterances: Sequ
 
     model = DeviceModel.from_folder(model_folder)
     options = AgentOptions()
-    key = cache_key(model.model_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options)
+    key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options)
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
 
 
