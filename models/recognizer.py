@@ -174,10 +174,15 @@ def load_recognizer(folder: str | os.PathLike, options: DecodingOptions = Decodi
 
 
 def is_model_folder(folder: str | os.PathLike) -> bool:
-    """Whether `load_recognizer` has something to load there."""
+    """Whether `load_recognizer` has something to load there (an LM folder has a config.yaml too, but is none)."""
+    import yaml
+    from pasu.models.lm import LM_KIND
     from pasu.models.whisper_recognizer import is_whisper_folder
 
-    return (Path(folder) / "config.yaml").is_file() or is_whisper_folder(folder)
+    config = Path(folder) / "config.yaml"
+    if config.is_file():
+        return (yaml.safe_load(config.read_text()) or {}).get("kind") != LM_KIND
+    return is_whisper_folder(folder)
 
 
 class TextIntentPass:

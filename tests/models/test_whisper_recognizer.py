@@ -129,6 +129,11 @@ def test_other_folders_load_as_espnet_packages(tmp_path: Path, cloud_support):
     assert isinstance(load_recognizer(folder, cloud_support.TINY_DECODING), EspnetRecognizer)
 
 
+def test_a_language_model_folder_is_not_a_recognizer(tmp_path: Path):
+    (tmp_path / "config.yaml").write_text("format: 1\nkind: lm\n")  # as `pasu lm train` writes it
+    assert not is_model_folder(tmp_path)
+
+
 @pytest.mark.parametrize("written, spoken", [
     ("Wake me up at 7:30 a.m.", "wake me up at seven thirty am"),
     ("Set an alarm for 6.30 pm tomorrow.", "set an alarm for six thirty pm tomorrow"),
