@@ -410,7 +410,8 @@ def forced_ctc(search: BeamSearch, ctc: CtcPrefixScorer, seqs: torch.Tensor) -> 
     return torch.stack(increments, 1)
 
 
-def _first_token_candidates(scores: torch.Tensor, pre_beam: torch.Tensor, k: int, excluded: tuple[int, ...]) -> list[int]:
+def _first_token_candidates(scores: torch.Tensor, pre_beam: torch.Tensor, k: int,
+                            excluded: tuple[int, ...]) -> list[int]:
     """The k best of the first step's pre-beam tokens by total score (`excluded` and banned ones left out)."""
     if k <= 1:
         return []
