@@ -30,7 +30,9 @@ class DemoOptions:
     utterances: int = 8  # sample commands to run
     hard_every: int = 2  # every n-th utterance gets heavy noise (0 dB SNR): the ones to offload
     voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
-    threshold: float = 3.0  # perplexity of the last pilot above which the device offloads
+    # perplexity of the last pilot above which the device offloads; None: the model's calibrated Offload-M
+    # threshold (MODEL/offramp/offramp.json, `pasu offramp train`), FALLBACK_THRESHOLD for a model without one
+    threshold: float | None = None
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     seed: int = 0  # noise
 
@@ -44,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cloud model folder (default: the shipped cloud model; the device model if none)")
     p.add_argument("--utterances", type=int, default=DemoOptions.utterances,
                    help=f"sample commands to run (default {DemoOptions.utterances})")
-    p.add_argument("--threshold", type=float, default=DemoOptions.threshold, help="PPL offload threshold")
+    p.add_argument("--threshold", type=float, default=DemoOptions.threshold,
+                   help="PPL offload threshold (default: the model's calibrated Offload-M threshold)")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)
@@ -152,6 +155,19 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 
 
 # ---- the device ------------------------------------------------------------------------------------------
+FALLBACK_THRESHOLD = 3.0  # PPL threshold for a model folder that has no calibrated offramp
+
+
+def offload_threshold(model_dir: Path) -> float:
+    """The model's calibrated Offload-M perplexity threshold, or FALLBACK_THRESHOLD when it has none."""
+    from pasu.device.offramp_train import OFFRAMP_DIR, THRESHOLDS, threshold
+
+    path = Path(model_dir) / OFFRAMP_DIR / THRESHOLDS
+    if not path.is_file():
+        return FALLBACK_THRESHOLD
+    return threshold(json.loads(path.read_text()), "ppl", "M")
+
+
 def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoOptions) -> list[dict]:
     from tqdm import tqdm
 
@@ -162,7 +178,8 @@ def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoO
     from pasu.device.runtime import DeviceModel
 
     model = DeviceModel.from_folder(model_dir)
-    policy = OfframpPolicy(PerplexityOfframp(), options.threshold)
+    threshold = options.threshold if options.threshold is not None else offload_threshold(model_dir)
+    policy = OfframpPolicy(PerplexityOfframp(), threshold)
     rows = []
     with CloudClient(address, deadline_s=5.0) as cloud:
         agent = DeviceAgent(model, AgentOptions(), policy, cloud)
