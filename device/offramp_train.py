@@ -119,10 +119,16 @@ def save_offramps(folder: str | Path, bilstm: BiLstmOfframp, report: dict[str, A
 
 
 def load_offramps(folder: str | Path) -> tuple[BiLstmOfframp, dict[str, Any]]:
-    folder = Path(folder)
-    if not (folder / THRESHOLDS).is_file():
+    report = load_thresholds(folder)
+    return BiLstmOfframp.load(Path(folder)), report
+
+
+def load_thresholds(folder: str | Path) -> dict[str, Any]:
+    """The calibration report (offramp.json) of an offramp folder; FileNotFoundError without one."""
+    path = Path(folder) / THRESHOLDS
+    if not path.is_file():
         raise FileNotFoundError(f"{folder}: no {THRESHOLDS}; run `pasu offramp train` first")
-    return BiLstmOfframp.load(folder), json.loads((folder / THRESHOLDS).read_text())
+    return json.loads(path.read_text())
 
 
 def threshold(report: dict[str, Any], offramp: str, level: str) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from pasu.device.decoding.search import BeamSearch
 from pasu.device.encoding import EncoderStream, open_stream
-from pasu.models.recognizer import DecodingOptions, banned_token_ids, espnet_beam_search, weights_digest
+from pasu.models.recognizer import DecodingOptions, banned_token_ids, espnet_beam_search, packaged_weights_id
 from pasu.models.targets import decode_target
 
 from pasu.metrics import SluResult
@@ -21,12 +21,12 @@ class DeviceModel:
     """An ESPnet hybrid CTC/attention model whose target is `intent words-with-slot-markup`."""
 
     def __init__(self, model: Any, token_list: Sequence[str], detokenize: Callable[[list[int]], str],
-                 model_id: str, digest: str = ""):
+                 model_id: str, weights_id: str | None = None):
         self.model = model.eval()
         self.token_list = list(token_list)
         self.detokenize = detokenize
         self.model_id = model_id  # the name in tables and logs
-        self.digest = digest  # first hex digits of the weights file's SHA-256 ("": not from a file)
+        self.weights_id = weights_id or model_id  # name@digest: which weights exactly (replay caches key on it)
         self.banned = banned_token_ids(self.token_list)
         self.search = BeamSearch(model.decoder, model.ctc, model.sos, model.eos, len(self.token_list),
                                  self.banned, blank=0)
@@ -37,8 +37,8 @@ class DeviceModel:
         from pasu.models.package import load_packaged
 
         model, tokenizer, config = load_packaged(folder)
-        digest = weights_digest(Path(folder) / config.get("weights", "model.pt"))
-        return cls(model, tokenizer.token_list, tokenizer.decode, config.get("name", Path(folder).name), digest)
+        return cls(model, tokenizer.token_list, tokenizer.decode, config.get("name", Path(folder).name),
+                   packaged_weights_id(Path(folder), config))
 
     @classmethod
     def from_espnet(cls, config_yaml: str | os.PathLike, model_pth: str | os.PathLike,
@@ -49,11 +49,6 @@ class DeviceModel:
         model = load_espnet_checkpoint(config_yaml, model_pth, stats_file)
         token_list = list(model.token_list)
         return cls(model, token_list, _piece_joiner(token_list), Path(model_pth).stem)
-
-    @property
-    def weights_id(self) -> str:
-        """name@digest: which weights exactly (a retrained model keeps its name, not its digest)."""
-        return f"{self.model_id}@{self.digest}" if self.digest else self.model_id
 
     def open_stream(self) -> EncoderStream:
         return open_stream(self.model)

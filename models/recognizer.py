@@ -119,8 +119,7 @@ class EspnetRecognizer:
 
         folder = Path(folder)
         model, tokenizer, config = load_packaged(folder)
-        weights = folder / config.get("weights", "model.pt")
-        model_id = f"{config.get('name', folder.name)}@{weights_digest(weights)}"
+        model_id = packaged_weights_id(folder, config)
         rate = int(config["model"].get("frontend_conf", {}).get("fs", 16000))
         recognizer = cls(model, tokenizer, options, model_id=model_id, sample_rate=rate)
         if recognizer.lm is not None:  # the LM is part of what answered
@@ -279,6 +278,13 @@ def _confidence(hyp: Any) -> float:
     steps = max(len(hyp.yseq) - 1, 1)
     logp = float(hyp.scores.get("decoder", hyp.score))
     return float(np.exp(min(logp / steps, 0.0)))
+
+
+def packaged_weights_id(folder: Path, config: dict[str, Any]) -> str:
+    """name@digest of a packaged model folder: which model, and exactly which weights (a retrained model keeps
+    its name, not its digest)."""
+    weights = folder / config.get("weights", "model.pt")
+    return f"{config.get('name', folder.name)}@{weights_digest(weights)}"
 
 
 def weights_digest(path: Path) -> str:

@@ -160,12 +160,12 @@ FALLBACK_THRESHOLD = 3.0  # PPL threshold for a model folder that has no calibra
 
 def offload_threshold(model_dir: Path) -> float:
     """The model's calibrated Offload-M perplexity threshold, or FALLBACK_THRESHOLD when it has none."""
-    from pasu.device.offramp_train import OFFRAMP_DIR, THRESHOLDS, threshold
+    from pasu.device.offramp_train import OFFRAMP_DIR, load_thresholds, threshold
 
-    path = Path(model_dir) / OFFRAMP_DIR / THRESHOLDS
-    if not path.is_file():
+    try:
+        return threshold(load_thresholds(Path(model_dir) / OFFRAMP_DIR), "ppl", "M")
+    except FileNotFoundError:
         return FALLBACK_THRESHOLD
-    return threshold(json.loads(path.read_text()), "ppl", "M")
 
 
 def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoOptions) -> list[dict]:

@@ -168,7 +168,7 @@ class BeamSearch:
         memory = encoded.unsqueeze(0)
         ctc = CtcPrefixScorer(self.ctc.log_softmax(memory)[0], self.blank, self.eos)
         att, inc = forced_att(self, memory, seqs), forced_ctc(self, ctc, seqs)
-        static = (self.banned + options.length_bonus)[torch.cat((seqs, torch.full((len(seqs), 1), self.eos)), 1)]
+        static = (self.banned + options.length_bonus)[_with_eos(seqs, self.eos)]
         totals = ((1.0 - options.ctc_weight) * att + options.ctc_weight * inc + static).sum(1)
         return [Hypothesis(tuple(s), float(t), True, tuple(a.tolist()), tuple(c.tolist()))
                 for s, t, a, c in zip(seqs.tolist(), totals, att, inc)]
@@ -371,7 +371,7 @@ class _Run:
         first = [best.tokens[0]] + [c for c in self.first_tokens if c != best.tokens[0]]
         seqs = torch.tensor([[c, *best.tokens[1:]] for c in first], dtype=torch.long)  # (k, L)
         att = forced_att(self.s, self.memory, seqs)
-        static = self.static_scores[torch.cat((seqs, torch.full((len(first), 1), self.s.eos)), 1)]
+        static = self.static_scores[_with_eos(seqs, self.s.eos)]
         # the CTC increments of a sequence add up to its CTC log-likelihood: one ctc_loss call scores all k
         totals = ((1.0 - self.o.ctc_weight) * att + static).sum(1) + self.o.ctc_weight * self.ctc.log_likelihood(seqs)
         j = int(totals.argmax())
@@ -389,10 +389,14 @@ def forced_att(search: BeamSearch, memory: torch.Tensor, seqs: torch.Tensor) -> 
     teacher-forced decoder pass over the (1, T, D) encoder output `memory` instead of L incremental steps."""
     k, length = seqs.shape
     ys_in = torch.cat((torch.full((k, 1), search.sos), seqs), 1)
-    targets = torch.cat((seqs, torch.full((k, 1), search.eos)), 1)
     logits, _ = search.decoder(memory.expand(k, -1, -1), torch.full((k,), memory.size(1)), ys_in,
                                torch.full((k,), length + 1))
-    return torch.log_softmax(logits, -1).gather(2, targets.unsqueeze(2)).squeeze(2)
+    return torch.log_softmax(logits, -1).gather(2, _with_eos(seqs, search.eos).unsqueeze(2)).squeeze(2)
+
+
+def _with_eos(seqs: torch.Tensor, eos: int) -> torch.Tensor:
+    """(k, L) token sequences -> (k, L + 1) with <eos> appended: what each scored token of them is."""
+    return torch.cat((seqs, torch.full((seqs.size(0), 1), eos)), 1)
 
 
 def forced_ctc(search: BeamSearch, ctc: CtcPrefixScorer, seqs: torch.Tensor) -> torch.Tensor:
