@@ -1,7 +1,8 @@
 """Incremental encoding of one utterance: what runs while audio arrives, and what waits for a pilot or the end.
 
-`LateContextStream` runs the frontend and the convolution-only blocks on every chunk (their outputs for old
-frames never change) and leaves only the attention blocks for `encode()`. `RecomputeStream` is for unmodified
+`LateContextStream` runs the frontend, the convolution-only blocks and most of the first attention block
+(`pasu.models.attention_stream`) on every chunk, since their work on old frames never changes, and leaves the
+other attention blocks for `encode()`. `RecomputeStream` is for unmodified
 ESPnet models (Conformer, Branchformer, ...), whose every block attends over the whole input: each `encode()`
 runs the whole model front to back on all audio so far.
 """
@@ -15,6 +16,7 @@ import torch
 from pasu.models.frontend import StreamingFrontend
 from pasu.models.late_context_encoder import (
     SUBSAMPLING_RECEPTIVE_FIELD,
+    IncrementalEncoder,
     LateContextEncoder,
 )
 
@@ -32,33 +34,24 @@ class EncoderStream(Protocol):
 
 
 class LateContextStream:
-    """Frontend + conv blocks chunk by chunk; attention blocks on demand."""
+    """Frontend, conv blocks and the first attention block chunk by chunk; the other attention blocks on demand."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        self.encoder: LateContextEncoder = model.encoder
         self.frontend = StreamingFrontend(model.frontend)
-        self.state = self.encoder.init_stream_state()
-        self.frames: list[torch.Tensor] = []
+        self.encoder = IncrementalEncoder(model.encoder)
         self.num_samples = 0
 
     @torch.inference_mode()
     def accept(self, samples: np.ndarray) -> None:
         self.num_samples += len(samples)
         feats = self.frontend.accept_waveform(samples)
-        if feats.size(0) == 0:
-            return
-        out, self.state = self.encoder.forward_chunk(feats.unsqueeze(0), self.state)
-        if out.size(1):
-            self.frames.append(out[0])
+        if feats.size(0):
+            self.encoder.accept(feats.unsqueeze(0))
 
     @torch.inference_mode()
     def encode(self) -> torch.Tensor:
-        if not self.frames:
-            return torch.zeros(0, self.encoder.output_size())
-        conv = torch.cat(self.frames)
-        self.frames = [conv]  # one tensor from now on: later encodes concatenate less
-        return self.encoder.forward_context(conv.unsqueeze(0))[0]
+        return self.encoder.encode()[0]
 
 
 class RecomputeStream:

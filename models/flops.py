@@ -10,6 +10,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from pasu.models.frontend import HOP_LENGTH, N_MELS, SAMPLE_RATE, WIN_LENGTH, num_frames
+from pasu.models.late_context_encoder import IncrementalEncoder, LateContextEncoder
 
 # Modules that can run during ingestion. ESPnet's Conformer / Branchformer / E-Branchformer have
 # attention in every block, so only their conv subsampling ("embed") can stream.
@@ -53,8 +54,38 @@ def encoder_flops(encoder: torch.nn.Module, seconds: float, input_size: int = N_
     return per_module
 
 
-def ingestion_fraction(encoder: torch.nn.Module, seconds: float, input_size: int = N_MELS) -> float:
-    """FLOPs of the streaming modules (subsampling + conv blocks) / all encoder FLOPs, for `seconds` of audio."""
-    flops = encoder_flops(encoder, seconds, input_size)
-    streaming = sum(flops.get(name, 0) for name in streaming_module_names(encoder))
-    return streaming / flops["total"]
+def ingestion_fraction(
+    encoder: torch.nn.Module, seconds: float, input_size: int = N_MELS, chunk_frames: int = 10
+) -> float:
+    """Share of the encoder's FLOPs on `seconds` of audio done before the end of speech.
+
+    A late-contextualization encoder is measured on the path the device runs (`IncrementalEncoder` fed
+    `chunk_frames` feature frames at a time, 10 = 100 ms, then one `encode()`); any other encoder by its
+    streaming modules' share of one offline pass (only ESPnet's conv subsampling can stream).
+    """
+    if not isinstance(encoder, LateContextEncoder):
+        flops = encoder_flops(encoder, seconds, input_size)
+        return sum(flops.get(name, 0) for name in streaming_module_names(encoder)) / flops["total"]
+    ingest, final = streamed_flops(encoder, seconds, input_size, chunk_frames)
+    return ingest / (ingest + final)
+
+
+def streamed_flops(
+    encoder: LateContextEncoder, seconds: float, input_size: int = N_MELS, chunk_frames: int = 10
+) -> tuple[int, int]:
+    """FLOPs of `IncrementalEncoder` on `seconds` of audio: (during ingestion, after the end of speech)."""
+    n = feature_frames(seconds)
+    feats = torch.zeros(1, n, input_size)
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        with torch.no_grad():
+            with FlopCounterMode(display=False) as ingest:
+                stream = IncrementalEncoder(encoder)
+                for start in range(0, n, chunk_frames):
+                    stream.accept(feats[:, start : start + chunk_frames])
+            with FlopCounterMode(display=False) as final:
+                stream.encode()
+    finally:
+        encoder.train(was_training)
+    return ingest.get_total_flops(), final.get_total_flops()

@@ -34,6 +34,7 @@ from espnet.nets.pytorch_backend.transformer.subsampling import Conv2dSubsamplin
 from espnet2.asr.encoder.abs_encoder import AbsEncoder
 from espnet2.asr.encoder.branchformer_encoder import BranchformerEncoderLayer
 from espnet2.asr.layers.cgmlp import ConvolutionalGatingMLP
+from pasu.models.attention_stream import AttentionBlockStream, PositionTable, can_stream
 
 SUBSAMPLING = 4
 SUBSAMPLING_RECEPTIVE_FIELD = 7  # feature frames read by one subsampled frame
@@ -266,3 +267,55 @@ def _conv_block_step(
     y = cgmlp.channel_proj2(csgu.dropout(x_r * x_g))
     y = x + block.dropout(block.merge_proj(block.dropout(y)))
     return block.norm_final(y), new_cache
+
+
+class IncrementalEncoder:
+    """Feature frames in, encoder output over everything so far on demand: the encoder's work on a live stream.
+
+    `accept` does all the work that old frames allow: subsampling, the conv blocks, most of the first
+    attention block and every attention block's relative-position table (`pasu.models.attention_stream`).
+    `encode` runs the rest, which needs the whole input, and can be called at any time (a pilot) or once
+    after the end of speech. It equals `LateContextEncoder.forward` up to float rounding.
+    """
+
+    def __init__(self, encoder: LateContextEncoder, batch_size: int = 1):
+        self.encoder = encoder
+        self.state = encoder.init_stream_state(batch_size)
+        self.blocks = list(encoder.attn_blocks)
+        streamable = bool(self.blocks) and all(can_stream(block) for block in self.blocks)
+        self.tables = [PositionTable(b.attn, encoder.embed.out[1]) for b in self.blocks] if streamable else []
+        # None: the attention blocks all wait for encode(), which runs ESPnet's forward on the conv outputs
+        self.first = AttentionBlockStream(self.blocks[0], self.tables[0]) if streamable else None
+        self.frames: list[torch.Tensor] = []  # conv-block outputs, kept only when `first` is None
+
+    @property
+    def num_frames(self) -> int:
+        """Encoder frames emitted so far."""
+        return self.state.num_frames
+
+    def accept(self, feats: torch.Tensor) -> None:
+        """New feature frames (B, n, idim)."""
+        out, self.state = self.encoder.forward_chunk(feats, self.state)
+        if out.size(1) == 0:
+            return
+        if self.first is None:
+            self.frames.append(out)
+            return
+        self.first.accept(out)
+        for table in self.tables[1:]:
+            table.reserve(self.num_frames)
+
+    def encode(self) -> torch.Tensor:
+        """(B, T', d) encoder output on all frames so far; T' = 0 before the first frame."""
+        if self.num_frames == 0:
+            return self.state.feat_cache.new_zeros(self.state.feat_cache.size(0), 0, self.encoder.output_size())
+        if self.first is None:
+            conv = torch.cat(self.frames, dim=1)
+            self.frames = [conv]  # one tensor from now on: later encodes concatenate less
+            return self.encoder.forward_context(conv)
+        x = self.first.output()
+        for block, table in zip(self.blocks[1:], self.tables[1:]):
+            later = AttentionBlockStream(block, table)
+            later.accept(x)
+            x = later.output()
+        return self.encoder.after_norm(x)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from espnet.nets.pytorch_backend.transformer.subsampling import TooShortUttError
-from pasu.models.late_context_encoder import LateContextEncoder, subsampled_length
+from pasu.models.late_context_encoder import IncrementalEncoder, LateContextEncoder, subsampled_length
 
 TOL = 1e-4
 
@@ -76,6 +76,38 @@ def test_streaming_equals_offline(encoder, num_feats, chunking):
     assert conv_str.shape == conv_off.shape == full.shape
     assert (conv_str - conv_off).abs().max().item() < TOL
     assert (ctx - full).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("chunk", [1, 10, 37])
+def test_incremental_encoder_equals_forward_at_every_pilot(encoder, chunk):
+    feats = _feats(350, seed=chunk)
+    stream = IncrementalEncoder(encoder)
+    with torch.no_grad():
+        assert stream.encode().shape == (1, 0, 144)  # nothing emitted yet
+        for start in range(0, 350, chunk):
+            stream.accept(feats[:, start : start + chunk])
+            end = min(start + chunk, 350)
+            if stream.num_frames and (start // chunk) % 7 == 3:  # a pilot now and then
+                prefix, _, _ = encoder(feats[:, :end], torch.tensor([end]))
+                assert (stream.encode() - prefix).abs().max().item() < TOL
+        full, _, _ = encoder(feats, torch.tensor([350]))
+        assert (stream.encode() - full).abs().max().item() < TOL
+    # the first attention block ran on arrival; the later blocks' position tables were built then too
+    assert stream.first is not None and stream.first.num_frames == full.size(1)
+    assert all(table.max_frames >= full.size(1) for table in stream.tables)
+
+
+def test_incremental_encoder_without_concat_merge_runs_attention_at_encode():
+    torch.manual_seed(0)
+    enc = LateContextEncoder(80, output_size=64, num_conv_blocks=2, num_attn_blocks=2, cgmlp_linear_units=128,
+                             merge_method="learned_ave").eval()
+    feats = _feats(200, seed=9)
+    stream = IncrementalEncoder(enc)
+    with torch.no_grad():
+        for start in range(0, 200, 10):
+            stream.accept(feats[:, start : start + 10])
+        full, _, _ = enc(feats, torch.tensor([200]))
+        assert stream.first is None and (stream.encode() - full).abs().max().item() < TOL
 
 
 def test_old_conv_outputs_never_change(encoder):
