@@ -31,6 +31,7 @@ import yaml
 
 from pasu.models.ngram_lm import NgramLm
 from pasu.models.recognizer import DecodingOptions, Recognition, weights_digest
+from pasu.models.second_opinion import SecondOpinion
 
 CONFIG_FILE = "whisper.yaml"
 SAMPLE_RATE = 16000  # Whisper's
@@ -39,6 +40,7 @@ WINDOW_FRAMES = 3000  # ... as 3000 log-mel frames, shorter audio padded
 MAX_TOKENS = 224  # Whisper's own sample_len: half its text context
 NO_SPEECH_PROB = 0.6  # Whisper's no_speech_threshold ...
 SILENT_MEAN_LOGPROB = -1.0  # ... and logprob_threshold
+FORCED_BATCH = 4  # transcripts per forced-decoding call (see WhisperRecognizer._forced)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,16 @@ class WhisperWeights:
     # list; "": Whisper's own best hypothesis
     rescore_lm: str = ""
     lm_weight: float = 0.5  # the LM's log-probability weight next to Whisper's (chosen on dev)
+    # a PASU SLU model folder, relative to this folder, whose n-best transcripts join Whisper's and which
+    # scores every candidate (models/second_opinion.py); "": Whisper's beam and the LM alone
+    second_opinion: str = ""
+    second_opinion_beam: int = 10  # its beam size
+    # with a second opinion, every candidate is scored by Whisper (forced decoding of the transcript), the SLU
+    # model and the LM; these weigh the three log-probabilities, and word_bonus is added per word (all three
+    # fall with length)
+    whisper_weight: float = 1.0
+    second_opinion_weight: float = 1.0
+    word_bonus: float = 0.0
 
 
 def is_whisper_folder(folder: str | os.PathLike) -> bool:
@@ -107,7 +119,7 @@ class WhisperRecognizer:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, model: Any, weights: WhisperWeights, options: DecodingOptions = DecodingOptions(),
-                 model_id: str = "whisper", lm: NgramLm | None = None):
+                 model_id: str = "whisper", lm: NgramLm | None = None, second: SecondOpinion | None = None):
         # model: faster_whisper.WhisperModel (its CTranslate2 model, feature extractor and tokenizer are used)
         from faster_whisper.tokenizer import Tokenizer
 
@@ -116,6 +128,7 @@ class WhisperRecognizer:
         self.options = options
         self.model_id = model_id
         self.lm = lm
+        self.second = second
         self.tokenizer = Tokenizer(model.hf_tokenizer, False, task="transcribe", language=weights.language)
         # start of transcript, English, transcribe, no timestamps
         self.prompt = list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]
@@ -133,7 +146,11 @@ class WhisperRecognizer:
                               f"there; rebuild it with: pasu lm ngram --corpus CORPUS --out {lm_path}")
             lm = NgramLm.load(lm_path)
             model_id += f"+{lm_path.name.split('.')[0]}@{weights_digest(lm_path)}"
-        return cls(model, weights, options, model_id=model_id, lm=lm)
+        second = None
+        if weights.second_opinion:
+            second = SecondOpinion.from_folder(Path(folder) / weights.second_opinion, weights.second_opinion_beam)
+            model_id += f"+{second.model_id}"
+        return cls(model, weights, options, model_id=model_id, lm=lm, second=second)
 
     def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
         return [self._recognize(np.asarray(w, dtype=np.float32)) for w in waveforms]
@@ -147,18 +164,34 @@ class WhisperRecognizer:
 
     def _decode_window(self, window: np.ndarray) -> Hypothesis | None:
         """The best of the beam's hypotheses for up to 30 s of audio; None for a window Whisper calls silent."""
-        hypotheses = self.nbest(window)
-        return max(hypotheses, key=self._score) if hypotheses else None
+        encoded = self._encode(window)
+        hypotheses = self._nbest(encoded)
+        if not hypotheses:
+            return None
+        if self.second is None:
+            return max(hypotheses, key=self._score)
+        return self._fuse(window, encoded, hypotheses)
 
     def nbest(self, window: np.ndarray) -> list[Hypothesis]:
         """Whisper's beam for up to 30 s of audio, in its own order, before any LM; [] for a silent window."""
+        return self._nbest(self._encode(window))
+
+    def forced_logprobs(self, window: np.ndarray, texts: list[str]) -> np.ndarray:
+        """Whisper's log-probability of each (spoken-form) transcript of up to 30 s of audio."""
+        return self._forced(self._encode(window), texts)
+
+    def _encode(self, window: np.ndarray) -> Any:
+        """Whisper's encoder output (a CTranslate2 StorageView) for up to 30 s of audio, padded to 30 s."""
         import ctranslate2
 
         features = self.model.feature_extractor(np.asarray(window, dtype=np.float32))[:, :WINDOW_FRAMES]
         features = np.pad(features, ((0, 0), (0, WINDOW_FRAMES - features.shape[1])))
+        return self.model.model.encode(ctranslate2.StorageView.from_array(
+            np.ascontiguousarray(features[None], dtype=np.float32)))
+
+    def _nbest(self, encoded: Any) -> list[Hypothesis]:
         [result] = self.model.model.generate(
-            ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
-            [self.prompt], beam_size=self.weights.beam_size, num_hypotheses=self.weights.beam_size,
+            encoded, [self.prompt], beam_size=self.weights.beam_size, num_hypotheses=self.weights.beam_size,
             return_scores=True, return_no_speech_prob=True, max_length=MAX_TOKENS)
         # CTranslate2's scores are per token (total / number of tokens): the LM adds to totals
         hypotheses = [Hypothesis(spoken_form(self.tokenizer.decode(ids)), score * max(len(ids), 1), score)
@@ -167,6 +200,36 @@ class WhisperRecognizer:
         if result.no_speech_prob > NO_SPEECH_PROB and hypotheses[0].mean_logprob < SILENT_MEAN_LOGPROB:
             return []
         return hypotheses
+
+    def _forced(self, encoded: Any, texts: list[str]) -> np.ndarray:
+        """Sum of log-probabilities of each transcript's tokens (as Whisper writes them: a leading space)."""
+        import ctranslate2
+
+        one = np.asarray(encoded)
+        scores = []
+        # align() wants one encoder output per transcript; small batches run several times faster per
+        # transcript than one large one on CPU. Its DTW (num_frames) is not used: 1 frame keeps it trivial.
+        for start in range(0, len(texts), FORCED_BATCH):
+            tokens = [self.tokenizer.encode(" " + text) for text in texts[start : start + FORCED_BATCH]]
+            batch = ctranslate2.StorageView.from_array(np.repeat(one, len(tokens), axis=0))
+            for result in self.model.model.align(batch, self.prompt, tokens, 1):
+                scores.append(float(np.sum(np.log(np.maximum(result.text_token_probs, 1e-30)))))
+        return np.array(scores)
+
+    def _fuse(self, window: np.ndarray, encoded: Any, hypotheses: list[Hypothesis]) -> Hypothesis:
+        """The candidate of Whisper's and the second opinion's lists with the best weighted score."""
+        w = self.weights
+        opinion = self.second.listen(window)
+        texts = list(dict.fromkeys([h.text for h in hypotheses] + opinion.texts))  # distinct, in order
+        texts = [t for t in texts if t] or [hypotheses[0].text]
+        whisper = self._forced(encoded, texts)
+        total = w.whisper_weight * whisper + w.second_opinion_weight * self.second.scores(opinion, texts)
+        if self.lm is not None:
+            total += w.lm_weight * np.array([self.lm.sentence_logprob(t) for t in texts])
+        total += w.word_bonus * np.array([len(t.split()) for t in texts])
+        best = int(np.argmax(total))
+        tokens = max(len(self.tokenizer.encode(" " + texts[best])), 1)
+        return Hypothesis(texts[best], float(whisper[best]), float(whisper[best]) / tokens)
 
     def _score(self, hypothesis: Hypothesis) -> float:
         if self.lm is None:

@@ -6,6 +6,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("faster_whisper")
@@ -71,6 +72,35 @@ def test_the_lm_picks_from_whispers_nbest_list(whisper, lights_off):
     steered = WhisperRecognizer(whisper.model, replace(whisper.weights, lm_weight=100.0), lm=lm)
     [result] = steered.recognize_batch([lights_off])
     assert result.text == unlikely
+
+
+@needs_espeak
+def test_the_shipped_cloud_pools_whisper_and_its_second_opinion(whisper, lights_off):
+    assert whisper.second is not None and "+device@" in whisper.model_id
+    opinion = whisper.second.listen(lights_off)
+    pooled = list(dict.fromkeys([h.text for h in whisper.nbest(lights_off)] + opinion.texts))
+    assert len(pooled) > len(opinion.texts)
+    # Whisper alone (no LM, no second opinion): the pooled candidate Whisper itself scores highest
+    whisper_only = WhisperRecognizer(whisper.model, replace(whisper.weights, second_opinion_weight=0.0,
+                                                            word_bonus=0.0), second=whisper.second)
+    [result] = whisper_only.recognize_batch([lights_off])
+    assert result.text == pooled[int(np.argmax(whisper.forced_logprobs(lights_off, pooled)))]
+    # the second opinion alone: the pooled candidate the SLU model scores highest, whichever list it came from
+    slu_only = WhisperRecognizer(whisper.model, replace(whisper.weights, whisper_weight=0.0, word_bonus=0.0),
+                                 second=whisper.second)
+    [result] = slu_only.recognize_batch([lights_off])
+    assert result.text == pooled[int(np.argmax(whisper.second.scores(opinion, pooled)))]
+
+
+@needs_espeak
+def test_forced_scores_do_not_depend_on_batching(whisper, lights_off):
+    texts = [h.text for h in whisper.nbest(lights_off)][:6]
+    together = whisper.forced_logprobs(lights_off, texts)
+    alone = [whisper.forced_logprobs(lights_off, [t])[0] for t in texts]
+    assert np.allclose(together, alone, atol=1e-3)
+    # Whisper's own best is close to the score its beam search gave it (that one also counts end-of-text)
+    best = whisper.nbest(lights_off)[0]
+    assert whisper.forced_logprobs(lights_off, [best.text])[0] == pytest.approx(best.logprob, abs=2.0)
 
 
 @needs_espeak
