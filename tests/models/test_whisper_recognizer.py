@@ -78,8 +78,12 @@ def test_the_lm_picks_from_whispers_nbest_list(whisper, lights_off):
 def test_the_shipped_cloud_pools_whisper_and_its_second_opinion(whisper, lights_off):
     assert whisper.second is not None and "+device@" in whisper.model_id
     opinion = whisper.second.listen(lights_off)
-    pooled = list(dict.fromkeys([h.text for h in whisper.nbest(lights_off)] + opinion.texts))
-    assert len(pooled) > len(opinion.texts)
+    nbest = whisper.nbest(lights_off)
+    pooled = whisper.pool(nbest, opinion.texts)
+    # each list's best distinct transcripts, capped, Whisper's first, no repeats
+    heard = list(dict.fromkeys(h.text for h in nbest))[: whisper.weights.whisper_candidates]
+    assert pooled[: len(heard)] == heard and len(set(pooled)) == len(pooled)
+    assert set(pooled) == set(heard) | set(opinion.texts[: whisper.weights.second_opinion_candidates])
     # Whisper alone (no LM, no second opinion): the pooled candidate Whisper itself scores highest
     whisper_only = WhisperRecognizer(whisper.model, replace(whisper.weights, second_opinion_weight=0.0,
                                                             word_bonus=0.0), second=whisper.second)
