@@ -14,6 +14,7 @@ candidate, whichever list it came from, is scored the same way.
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,14 @@ class SecondOpinion:
         out = np.full(len(texts), -np.inf)
         if not opinion.intents or opinion.encoded.size(0) == 0:
             return out
+        # token_scores takes equal-length sequences: one forced pass per length, not one per transcript
+        by_length: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
         for i, text in enumerate(texts):
-            sequences = [self.tokenizer.encode(f"{intent} {SLOTS_UNKNOWN} {text}") for intent in opinion.intents]
-            out[i] = max(h.score for h in self.scorer.token_scores(opinion.encoded, sequences, self.options))
+            for intent in opinion.intents:
+                sequence = self.tokenizer.encode(f"{intent} {SLOTS_UNKNOWN} {text}")
+                by_length[len(sequence)].append((i, sequence))
+        for group in by_length.values():
+            scored = self.scorer.token_scores(opinion.encoded, [s for _, s in group], self.options)
+            for (i, _), hypothesis in zip(group, scored):
+                out[i] = max(out[i], hypothesis.score)
         return out
