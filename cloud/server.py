@@ -50,6 +50,7 @@ from pasu.cloud.validation import (
 from pasu.models.recognizer import Recognition, Recognizer, TextIntentPass
 from pasu.models.text_intent import TextIntentClassifier
 from pasu.protos import slu_pb2, slu_pb2_grpc
+from pasu.torch_threads import adopt_torch_threads
 
 log = logging.getLogger("pasu.cloud")
 
@@ -256,7 +257,9 @@ class CloudServer:
         self.batcher: MicroBatcher[Recognition] = MicroBatcher(
             self.recognizer.recognize_batch,  # the second pass runs in the batch: inference_ms includes it
             BatchingOptions(config.max_batch_size, config.max_batch_wait_ms, config.max_queue),
-            observer=self.metrics)
+            observer=self.metrics,
+            # one inference thread that honours the process's torch thread count (see pasu.torch_threads)
+            executor=concurrent.futures.ThreadPoolExecutor(1, "pasu-infer", initializer=adopt_torch_threads))
         self.health = health.aio.HealthServicer()
         self.port: int | None = None  # bound gRPC port, after start()
         self.metrics_port: int | None = None  # bound /metrics port, after start(), when enabled

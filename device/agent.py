@@ -38,6 +38,7 @@ from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline
 
 from pasu.metrics import SluResult
+from pasu.torch_threads import adopt_torch_threads
 
 Decoder = Literal["pilot", "espnet_batch", "espnet_beam"]
 
@@ -328,6 +329,7 @@ class DeviceAgent:
         return result
 
     def _work(self) -> None:
+        adopt_torch_threads()
         session = self._session
         try:
             while (chunk := self._queue.get()) is not None:

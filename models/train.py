@@ -116,6 +116,10 @@ class TrainOptions:
     # a packaged model folder to start from (its tokenizer, frontend stats and weights; a fresh optimizer):
     # how training goes on across machines that keep only the shipped float16 weights. Ignored on resume.
     init_from: str | None = None
+    # with init_from: keep THIS config's architecture and load only the package's tensors whose names and
+    # shapes match (frontend stats, subsampling, decoder, CTC): warm-starts a baseline encoder from the device
+    # model without touching its blocks, so what the blocks learn (e.g. the branch weights) is their own
+    init_partial: bool = False
     log_interval_steps: int = 20  # steps per "train" line in log.jsonl
     checkpoint_minutes: float = 5.0  # write checkpoint.pt at least this often (wall clock) ...
     checkpoint_steps: int | None = None  # ... and every this many steps when set
@@ -394,8 +398,8 @@ def train(
     tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir, init_from)
     model = build_asr_model(model_config)
     if init_from is not None:
-        model.load_state_dict(_packaged_weights(init_from), strict=True)
-        log.info("initialized from %s", init_from)
+        _initialize(model, _packaged_weights(init_from), partial=opts.init_partial)
+        log.info("initialized from %s%s", init_from, " (matching tensors only)" if opts.init_partial else "")
     model = model.to(device)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=config.optim.lr, betas=config.optim.betas, weight_decay=config.optim.weight_decay
@@ -446,6 +450,20 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _initialize(model: torch.nn.Module, weights: dict[str, torch.Tensor], partial: bool) -> None:
+    """Load a package's weights: all of them, or (partial) those whose names and shapes match the model."""
+    if not partial:
+        model.load_state_dict(weights, strict=True)
+        return
+    own = model.state_dict()
+    matched = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
+    if not matched:
+        raise ValueError("init_partial: no tensor of the package matches this model (names and shapes)")
+    model.load_state_dict(matched, strict=False)
+    log.info("warm start: %d of %d tensors loaded (%d parameters); the rest keep their initialization",
+             len(matched), len(own), sum(v.numel() for v in matched.values()))
+
+
 def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:
     state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
     return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
@@ -460,6 +478,8 @@ def _prepare_experiment(
     if init_from is not None and not (tok_path.exists() and cfg_path.exists()):
         shutil.copyfile(init_from / "tokenizer.model", tok_path)
         packaged = yaml.safe_load((init_from / "config.yaml").read_text())["model"]
+        if config.train.init_partial:  # this config's architecture, the package's vocabulary
+            packaged = {"token_list": packaged["token_list"]}
         # the package's architecture wins; the frontend stats come with its weights
         model_config = {**_model_section(config), **{k: v for k, v in packaged.items() if k not in (
             "specaug", "specaug_conf", "init")}}

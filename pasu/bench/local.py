@@ -163,20 +163,32 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def check_clock(model: DeviceModel, utterances: list[Utterance], audio: list[np.ndarray]) -> dict[str, float]:
-    """Latency of 'ours' on the virtual clock and at real-time pacing, utterance by utterance."""
+AFTER_EOS_STAGES = ("ingest_after_eos", "pilot_after_eos", "encode_after_eos", "decode_after_eos")
+
+
+def check_clock(model: DeviceModel, utterances: list[Utterance], audio: list[np.ndarray]) -> dict[str, Any]:
+    """Latency of 'ours' on the virtual clock and at real-time pacing, utterance by utterance, with the mean
+    time of each stage after end of speech in both (where they disagree, that stage is what the clock misses)."""
     options = configurations()["ours"]
     agent = DeviceAgent(model, options)
     virtual, real = [], []
     for utt, wave in tqdm(list(zip(utterances, audio)), desc="clock check", unit="utt", dynamic_ncols=True):
-        virtual.append(replay(model, wave, options, utterance_id=utt.id).latency)
-        real.append(play_realtime(agent, wave, utt.id).latency)
-    v, r = float(np.mean(virtual)), float(np.mean(real))
-    v50, r50 = float(np.median(virtual)), float(np.median(real))
+        virtual.append(replay(model, wave, options, utterance_id=utt.id))
+        real.append(play_realtime(agent, wave, utt.id))
+    v, r = (float(np.mean([x.latency for x in xs])) for xs in (virtual, real))
+    v50, r50 = (float(np.median([x.latency for x in xs])) for xs in (virtual, real))
     # both statistics: the latency targets are medians, while the mean also weighs the slow tail
     return {"n": len(virtual), "virtual_mean_ms": 1000 * v, "realtime_mean_ms": 1000 * r,
             "virtual_p50_ms": 1000 * v50, "realtime_p50_ms": 1000 * r50,
-            "relative_difference": abs(v - r) / r, "p50_relative_difference": abs(v50 - r50) / r50}
+            "relative_difference": abs(v - r) / r, "p50_relative_difference": abs(v50 - r50) / r50,
+            "virtual_stages_ms": _stage_means(virtual), "realtime_stages_ms": _stage_means(real)}
+
+
+def _stage_means(results: list[Any]) -> dict[str, float]:
+    """Mean milliseconds per stage after end of speech; 'other' is the latency no stage accounts for."""
+    means = {k: 1000 * float(np.mean([r.timings[k] for r in results])) for k in AFTER_EOS_STAGES}
+    means["other"] = 1000 * float(np.mean([r.latency for r in results])) - sum(means.values())
+    return {k: round(v, 2) for k, v in means.items()}
 
 
 def encoder_ingestion_share(model: DeviceModel, seconds: float) -> float:

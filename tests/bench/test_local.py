@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pasu.bench.local import configurations
 from pasu.cli import main
 from pasu.device.agent import AgentOptions
@@ -44,5 +46,9 @@ def test_bench_local_measures_each_configuration_side_by_side(tmp_path, cloud_su
     assert clock["virtual_p50_ms"] > 0 and clock["realtime_p50_ms"] > 0
     assert clock["p50_relative_difference"] == abs(clock["virtual_p50_ms"] - clock["realtime_p50_ms"]) / clock[
         "realtime_p50_ms"]
+    for mode in ("virtual", "realtime"):  # the stages after end of speech add up to the mean latency
+        stages = clock[f"{mode}_stages_ms"]
+        assert set(stages) == {"ingest_after_eos", "pilot_after_eos", "encode_after_eos", "decode_after_eos", "other"}
+        assert sum(stages.values()) == pytest.approx(clock[f"{mode}_mean_ms"], abs=0.1)
     printed = capsys.readouterr().out
     assert "| tiny-untrained | dev | ours |" in printed and "clock_check" in printed

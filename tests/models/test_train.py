@@ -186,6 +186,30 @@ def test_init_from_a_package_continues_its_weights(corpus, tmp_path):
     assert json.loads((warm / "summary.json").read_text())["steps"] == 2
 
 
+def test_partial_init_warm_starts_another_encoder_from_a_package(corpus, tmp_path):
+    """A Branchformer baseline keeps its own blocks but takes the package's vocabulary, frontend, decoder, CTC."""
+    from pasu.models.package import load_packaged, package_model
+
+    first = tmp_path / "first"
+    train(tiny_config(max_steps=1), corpus, first)
+    shipped, tokenizer, _ = load_packaged(package_model(first, tmp_path / "pkg"))
+    branchformer = {**TINY_MODEL, "encoder": "branchformer",
+                    "encoder_conf": dict(output_size=32, num_blocks=2, cgmlp_linear_units=64, attention_heads=2)}
+    config = dataclasses.replace(tiny_config(max_steps=0, init_from=str(tmp_path / "pkg"), init_partial=True),
+                                 model=branchformer)
+    warm = tmp_path / "warm"
+    train(config, corpus, warm)
+    model, warm_tokenizer, _ = load_packaged(package_model(warm, tmp_path / "pkg2"))
+    assert warm_tokenizer.token_list == tokenizer.token_list
+    assert type(model.encoder).__name__ == "BranchformerEncoder"
+    a, b = shipped.state_dict(), model.state_dict()
+    shared = [k for k in b if k in a and a[k].shape == b[k].shape]
+    assert any(k.startswith("decoder.") for k in shared) and "ctc.ctc_lo.weight" in shared
+    assert all(torch.equal(a[k], b[k]) for k in shared)
+    assert any(k.startswith("encoder.encoders.") for k in b)  # its own blocks, not in the package
+
+
+
 def test_time_box_and_overrides(corpus, tmp_path):
     config = load_config(CONFIGS / "device_late_context.yaml",
                          ["optim.lr=0.001", "data.batch_seconds=30", "train.max_minutes=0.5"])
