@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -214,34 +216,61 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch threads (default 1: on 2 cores, 1 thread is faster in real time and its virtual "
                         "clock agrees better with real-time pacing; run with OMP_WAIT_POLICY=ACTIVE in the "
                         "environment for the closest agreement, see README)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes replaying (model, split) groups at once, one core each (default 1). Each "
+                        "group's configurations still run side by side in one process; with 2 jobs on 2 cores the "
+                        "groups share memory bandwidth, so absolute latencies read slightly higher")
     p.add_argument("--check-clock", type=int, default=0, metavar="N",
                    help="also compare virtual-clock and real-time latencies on N utterances")
     p.add_argument("--out", type=Path, default=Path("bench/local.json"), help="JSON results")
     p.set_defaults(run=_run)
 
 
+def replay_group(folder: Path, corpus: Path, split: str, utterances: int, config_names: list[str] | None,
+                 threads: int) -> list[Row]:
+    """Every configuration on one model and split, one after the other in this process (so their ratios are
+    measured side by side); each row is printed as it is done."""
+    torch.set_num_threads(threads)
+    configs = configurations()
+    if config_names:
+        configs = {k: configs[k] for k in config_names}
+    model = DeviceModel.from_folder(folder)
+    utts = dev_subset(load_split(corpus, split), utterances, seed=0)
+    audio = [read_audio(u.audio) for u in utts]
+    replay(model, audio[0], configs.get("ours", AgentOptions()))  # warm-up: first calls are slow
+    rows = []
+    for name, options in configs.items():
+        results, _ = run_config(model, options, utts, audio, f"{model.model_id} {split} {name}")
+        rows.append(summarize(model.model_id, split, name, utts, results))
+        print(format_table(with_speedups(rows[-1:])).splitlines()[-2], flush=True)
+    return rows
+
+
+def _replay_groups(args: argparse.Namespace) -> list[Row]:
+    """(model, split) groups, in one process or spread over `args.jobs` processes (one core each)."""
+    groups = [(folder, args.corpus, split, args.utterances, args.configs, args.threads)
+              for folder in args.models for split in args.splits]
+    if args.jobs <= 1:
+        return [row for group in groups for row in replay_group(*group)]
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
+    with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        return [row for rows in pool.map(replay_group, *zip(*groups)) for row in rows]
+
+
 def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
-    configs = configurations()
-    if args.configs:
-        configs = {k: configs[k] for k in args.configs}
-    rows: list[Row] = []
-    extra: dict[str, Any] = {"torch_threads": args.threads,
+    extra: dict[str, Any] = {"torch_threads": args.threads, "jobs": args.jobs,
                              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp's default)")}
+    rows = _replay_groups(args)
+    # alone on the machine from here on: the clock check paces audio in real time, Whisper uses every thread
     for folder in args.models:
         model = DeviceModel.from_folder(folder)
         extra[f"{model.model_id}_ingestion_flops_share_3s"] = encoder_ingestion_share(model, 3.0)
-        for split in args.splits:
-            utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
-            audio = [read_audio(u.audio) for u in utterances]
-            replay(model, audio[0], configs.get("ours", AgentOptions()))  # warm-up: first calls are slow
-            for name, options in configs.items():
-                results, _ = run_config(model, options, utterances, audio, f"{model.model_id} {split} {name}")
-                rows.append(summarize(model.model_id, split, name, utterances, results))
-                print(format_table(with_speedups(rows[-1:])).splitlines()[-2], flush=True)
-            if args.check_clock and split == args.splits[0]:
-                extra[f"{model.model_id}_clock_check"] = check_clock(model, utterances[: args.check_clock],
-                                                                     audio[: args.check_clock])
+        if args.check_clock:
+            utterances = dev_subset(load_split(args.corpus, args.splits[0]), args.utterances, seed=0)
+            utterances = utterances[: args.check_clock]
+            extra[f"{model.model_id}_clock_check"] = check_clock(model, utterances,
+                                                                 [read_audio(u.audio) for u in utterances])
     if not args.no_whisper:
         for split in args.splits:
             utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)

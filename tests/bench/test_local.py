@@ -52,3 +52,19 @@ def test_bench_local_measures_each_configuration_side_by_side(tmp_path, cloud_su
         assert sum(stages.values()) == pytest.approx(clock[f"{mode}_mean_ms"], abs=0.1)
     printed = capsys.readouterr().out
     assert "| tiny-untrained | dev | ours |" in printed and "clock_check" in printed
+
+
+def test_jobs_replay_model_split_groups_in_parallel_processes(tmp_path, cloud_support):
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=2, n_dev=2)
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    out = tmp_path / "local.json"
+    code = main(["bench", "local", "--corpus", str(corpus), "--models", str(model), "--splits", "dev", "train",
+                 "--utterances", "0", "--configs", "espnet_batch", "ours", "--no-whisper", "--jobs", "2",
+                 "--out", str(out)])
+    assert code == 0
+    results = json.loads(out.read_text())
+    # every group's rows, in the order asked for, each with its own group's speed-up
+    assert [(r["split"], r["config"]) for r in results["rows"]] == [
+        ("dev", "espnet_batch"), ("dev", "ours"), ("train", "espnet_batch"), ("train", "ours")]
+    assert all(r["n"] == 2 and r["speedup_vs_batch"] > 0 for r in results["rows"])
+    assert results["jobs"] == 2
