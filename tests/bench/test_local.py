@@ -11,14 +11,17 @@ from pasu.cli import main
 from pasu.device.agent import AgentOptions
 from pasu.models.data import write_synthetic_corpus
 
-CONFIGS = ("espnet_beam", "espnet_batch", "ours", "ours_with_leap")
+CONFIGS = ("espnet_beam", "espnet_batch", "ours", "ours_all")
 
 
 def test_ours_is_the_agents_shipped_decode_and_with_leap_adds_only_the_leap():
     configs = configurations()
     assert configs["ours"].final_search == AgentOptions().final_search
-    assert not configs["ours"].final_search.ctc_leap
-    assert configs["ours_with_leap"].final_search.ctc_leap
+    shortcuts = ("beam_collapse", "early_termination", "ctc_leap")
+    assert not any(getattr(configs["ours"].final_search, o) for o in shortcuts)
+    assert all(getattr(configs["ours_all"].final_search, o) for o in (*shortcuts, "stop_when_decided"))
+    assert configs["ours_all_tau_2"].pilot.interval_seconds == 2.0
+    assert configs["ours_all_tau_2"].final_search == configs["ours_all"].final_search
     assert configs["espnet_batch"].decoder == "espnet_batch" and not configs["espnet_batch"].pilot.enabled
 
 

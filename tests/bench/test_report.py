@@ -30,7 +30,7 @@ def _local_results(tmp_path: Path) -> Path:
                   for i, a in enumerate(audio)]
     configs = configurations()
     rows = []
-    for name in ("espnet_batch", "only_ctc_leap", "ours", "ours_tau_2", "ours_non_incremental"):
+    for name in ("espnet_batch", "only_ctc_leap", "ours", "ours_all", "ours_all_tau_2", "ours_all_non_incremental"):
         results, _ = run_config(model, configs[name], utterances, audio, name)
         rows.append(summarize(model.model_id, "test", name, utterances, results))
     path = tmp_path / "local.json"
@@ -47,7 +47,7 @@ def test_report_from_local_results(tmp_path):
     ours = next(r for r in rows if r["config"] == "ours")
     assert f"{ours['latency_p50_ms']:.0f}" in report  # the measured median is in the tables
     ablation = next(line for line in report.splitlines() if line.startswith("| tiny-untrained / test |"))
-    assert ablation.count("|") == len(ABLATION) + 2 and ablation.count(" - ") == len(ABLATION) - 3  # 3 were run
+    assert ablation.count("|") == len(ABLATION) + 2 and ablation.count(" - ") == len(ABLATION) - 4  # 4 were run
     assert "tau 2 s" in report and "from scratch" in report
     assert "run `pasu bench hybrid` first" in report and "run `pasu bench load` first" in report
     for name in ("local_latency_accuracy.png", "ablation.png", "tau_sweep.png"):
