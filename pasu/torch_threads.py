@@ -3,7 +3,7 @@
 `torch.set_num_threads` stores the count for ATen, but OpenMP keeps its own count per OS thread: a thread
 started later runs its BLAS and oneDNN calls with OpenMP's default, every core. On the 2-core device that
 made the agent's worker use two threads where one was asked for (with OMP_WAIT_POLICY=ACTIVE the second
-one spins), so real-time pacing ran ~15% slower than the same work on the main thread.
+one spins), so its decoding ran ~10% slower than the same work on the main thread.
 """
 
 from __future__ import annotations
