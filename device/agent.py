@@ -60,8 +60,8 @@ class AgentOptions:
     chunk_seconds: float = 0.1  # audio per ingestion step (what a microphone callback delivers)
     pilot: PilotOptions = PilotOptions()
     decoder: Decoder = "pilot"  # "pilot": our search (the last pilot helps it when final_search turns the
-    # shortcuts on); "espnet_batch"/"espnet_beam": ESPnet's own BatchBeamSearch / BeamSearch on the full input (the vanilla baselines; pilots still run
-    # when enabled, e.g. for the offloading decision)
+    # shortcuts on); "espnet_batch"/"espnet_beam": ESPnet's own BatchBeamSearch / BeamSearch on the full
+    # input (the vanilla baselines; pilots still run when enabled, e.g. for the offloading decision)
     # The decided stop alone: exact for the best hypothesis, and as fast as adding the reference-based
     # shortcuts (beam collapse, early termination, CTC leap, first-token rescoring), which cost accuracy on top
     # of it (dev 300, `pasu bench local` rules: ESPnet BatchBeamSearch 41.8% WER / 60.7% IC at 100 ms p50;
