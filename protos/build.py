@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,19 +68,20 @@ def generate(proto: str, proto_root: Path = PROTO_ROOT, out_root: Path | None = 
     Files are written to a scratch folder and renamed into place one by one, so a process importing them
     at the same time (another replica starting) sees either the old or the new module, never half of one.
     """
-    from grpc_tools import protoc
-
     out_root = proto_root if out_root is None else out_root
     targets = generated_paths(proto, out_root)
     targets[0].parent.mkdir(parents=True, exist_ok=True)
     header = STAMP_PREFIX + stamp(proto, proto_root) + "\n"
     scratch = Path(tempfile.mkdtemp(prefix=".protoc-", dir=targets[0].parent))
     try:
-        well_known = Path(protoc.__file__).parent / "_proto"  # google/protobuf/*.proto shipped with grpc_tools
-        args = ["grpc_tools.protoc", f"-I{proto_root}", f"-I{well_known}", f"--python_out={scratch}",
-                f"--grpc_python_out={scratch}", str(proto_root / proto)]
-        if protoc.main(args) != 0:
-            raise RuntimeError(f"protoc failed for {proto_root / proto}")
+        # protoc runs in a process of its own: run in-process (grpc_tools.protoc.main) inside a process that
+        # had torch and transformers loaded, it corrupted the heap (fresh checkouts crashed in a later test,
+        # in sentencepiece or the garbage collector). The module's entry point adds the well-known protos.
+        command = [sys.executable, "-m", "grpc_tools.protoc", f"-I{proto_root}", f"--python_out={scratch}",
+                   f"--grpc_python_out={scratch}", str(proto_root / proto)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"protoc failed for {proto_root / proto}: {done.stderr.strip()}")
         for target in targets:
             text = (scratch / target.relative_to(out_root)).read_text()
             text = header + _fix_imports(text, Path(proto).parent.as_posix().replace("/", "."), package)
