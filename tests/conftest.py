@@ -11,23 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-
-
-def _import_the_text_pass_stack() -> None:
-    """Import transformers' model-loading stack (torch.distributed.tensor, sympy: thousands of modules) now,
-    before any test runs. Every server with the text second pass loads it on its first start; in two fresh CI
-    environments the interpreter crashed inside that import (SIGABRT once, a segfault in the garbage collector
-    once, both in the first test that starts a server), which neither an isolated rerun nor a rerun of the same
-    selection reproduced. Done here, the import runs before grpc, OpenMP worker threads or any test state
-    exist, and the tests no longer depend on when it happens."""
-    try:
-        import transformers.modeling_utils  # noqa: F401  (what from_pretrained imports; the package itself is lazy)
-    except ImportError:  # the text-pass tests skip without it
-        pass
-
-
-_import_the_text_pass_stack()
-
 SUPPORT_MODULE = "pasu_tests_cloud_support"
 
 # A hard crash (abort, segfault) ends pytest before it reports anything, and CI keeps only the end of the

@@ -31,7 +31,10 @@ def test_first_import_generates_from_scratch(tmp_path):
     package = _copy_sources(tmp_path / "protocopy")
     assert not list(package.rglob("*_pb2*.py"))
     script = textwrap.dedent("""
+        import sys
         from protocopy import slu_pb2, slu_pb2_grpc
+        # protoc ran in a process of its own: in-process, it corrupted the heap of a process with torch loaded
+        assert "grpc_tools._protoc_compiler" not in sys.modules
         assert slu_pb2_grpc.pasu_dot_v1_dot_slu__pb2 is slu_pb2  # the fixed import resolved in-package
         request = slu_pb2.UnderstandRequest(audio=slu_pb2.Audio(encoding=slu_pb2.LINEAR16, sample_rate=16000))
         assert slu_pb2.UnderstandRequest.FromString(request.SerializeToString()) == request
@@ -47,6 +50,14 @@ def test_first_import_generates_from_scratch(tmp_path):
     grpc_code = (package / "pasu" / "v1" / "slu_pb2_grpc.py").read_text()
     assert "from . import slu_pb2 as" in grpc_code and "from pasu.v1 import" not in grpc_code
     assert not list((package / "pasu" / "v1").glob(".protoc-*"))  # scratch folder cleaned up
+
+
+def test_a_broken_proto_fails_with_protocs_message(tmp_path):
+    root = _copy_sources(tmp_path / "p")
+    (root / PROTO).write_text((root / PROTO).read_text() + "\nmessage Broken { int32 }\n")
+    with pytest.raises(RuntimeError, match=r"protoc failed for .*slu\.proto: .*slu\.proto:\d+:\d+"):
+        build.generate(PROTO, root)
+    assert not list((root / "pasu" / "v1").glob("*_pb2*.py"))
 
 
 def test_staleness_by_mtime_and_by_content(tmp_path):
