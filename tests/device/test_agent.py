@@ -40,6 +40,32 @@ def test_replay_runs_pilots_during_ingestion_and_times_what_follows_end_of_speec
     assert plot_timeline(again, tmp_path / "t.png").stat().st_size > 1000
 
 
+def test_replay_idles_for_real_only_before_the_last_chunk(tiny_model, speech_like):
+    import time
+
+    start = time.perf_counter()
+    result = replay(tiny_model, speech_like(3.0, seed=2), NO_PILOTS)
+    wall = time.perf_counter() - start
+    computing = sum(e.end - e.start for e in result.timeline.events)
+    ingest = [e for e in result.timeline.events if e.kind == "ingest"]
+    last_gap = 3.0 - ingest[-2].end  # the last chunk is due at 3.0 s; the one before was done by then
+    assert last_gap > 0.05 and wall - computing >= last_gap - 0.005  # that wait was slept ...
+    assert wall < 1.5  # ... and only that one: 3 s of audio replays in far less than real time
+
+
+def test_the_virtual_clock_jumps_and_idles_forward_never_back():
+    import time
+
+    clock = VirtualClock()
+    clock.wait_until(5.0)
+    assert 5.0 <= clock.now() < 5.05
+    start = time.perf_counter()
+    clock.idle_until(5.1)
+    assert time.perf_counter() - start >= 0.09 and 5.1 <= clock.now() < 5.15
+    clock.idle_until(1.0)
+    assert clock.now() >= 5.1
+
+
 def test_without_pilots_our_search_answers_as_espnets(tiny_model, speech_like):
     wave = speech_like(1.4, seed=2)
     ours = replay(tiny_model, wave, NO_PILOTS)
