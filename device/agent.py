@@ -295,7 +295,7 @@ class DeviceAgent:
         self.options = options
         self.policy = policy
         self.cloud = cloud
-        self.espnet_search = _espnet_search(model, options)
+        self.espnet_search = espnet_search_for(model, options)
         self._session: Session | None = None
 
     def start(self, utterance_id: str = "") -> None:
@@ -357,7 +357,7 @@ def replay(model: DeviceModel, audio: np.ndarray, options: AgentOptions = AgentO
            utterance_id: str = "") -> AgentResult:
     """Run one utterance on the virtual clock (see the module doc); the end of speech is the end of `audio`."""
     if espnet_search is None:
-        espnet_search = _espnet_search(model, options)
+        espnet_search = espnet_search_for(model, options)
     clock = VirtualClock()
     session = Session(model, options, clock, policy, cloud, espnet_search, utterance_id)
     pieces = chunks(np.asarray(audio, dtype=np.float32), options.chunk_seconds)
@@ -390,7 +390,8 @@ def play_realtime(agent: DeviceAgent, audio: np.ndarray, utterance_id: str = "")
     return agent.end()
 
 
-def _espnet_search(model: DeviceModel, options: AgentOptions) -> Any:
+def espnet_search_for(model: DeviceModel, options: AgentOptions) -> Any:
+    """The ESPnet search object options.decoder asks for, reusable across utterances (None: our own decoder)."""
     if options.decoder == "pilot":
         return None
     o = options.final_search

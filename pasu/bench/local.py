@@ -1,8 +1,8 @@
 """`pasu bench local`: latency after end of speech and accuracy of local decoding, configuration by configuration.
 
 Every configuration replays the same utterances on the agent's virtual clock (audio due at real-time pace,
-work advancing the clock by its measured compute time, see pasu.device.agent), one after the other in one
-process, so the ratios between them are measured side by side. Rows: ESPnet's own BeamSearch and
+work advancing the clock by its measured compute time, see pasu.device.agent) in one process, utterance by
+utterance with every configuration in turn, so the ratios between them are measured side by side. Rows: ESPnet's own BeamSearch and
 BatchBeamSearch, the agent as shipped (decided stop), our pilot-assisted decoding with every optimization,
 each optimization alone (the paper's Fig. 5), the pilot interval tau and incremental vs from-scratch pilots
 (Table 4), and faster-whisper tiny.en (what a user would pick instead). `--check-clock N` replays N
@@ -25,7 +25,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pasu.device.agent import AgentOptions, DeviceAgent, PilotOptions, play_realtime, replay
+from pasu.device.agent import (
+    AgentOptions,
+    DeviceAgent,
+    PilotOptions,
+    espnet_search_for,
+    play_realtime,
+    replay,
+)
 from pasu.device.decoding.search import SearchOptions
 from pasu.device.runtime import DeviceModel
 from pasu.metrics import LatencyStats, SluResult, evaluate_slu, mean_rtf
@@ -86,15 +93,17 @@ class Row:
     speedup_vs_batch: float | None = None  # espnet_batch p50 latency / this p50 latency
 
 
-def run_config(model: DeviceModel, options: AgentOptions, utterances: list[Utterance], audio: list[np.ndarray],
-               desc: str) -> tuple[list[Any], list[float]]:
-    """Replay every utterance; (results, latencies)."""
-    espnet_search = model.espnet_search(options.final_search.beam_size, options.final_search.ctc_weight,
-                                        batch=options.decoder == "espnet_batch") if options.decoder != "pilot" else None
-    results = []
+def run_configs(model: DeviceModel, configs: dict[str, AgentOptions], utterances: list[Utterance],
+                audio: list[np.ndarray], desc: str) -> dict[str, list[Any]]:
+    """Replay every utterance under every configuration; {name: results}. Utterance by utterance, all
+    configurations in turn, so that a machine whose speed drifts during a long run (other tenants, the host's
+    power management) slows every configuration alike and the ratios between them stay fair."""
+    searches = {name: espnet_search_for(model, options) for name, options in configs.items()}
+    results: dict[str, list[Any]] = {name: [] for name in configs}
     for utt, wave in tqdm(list(zip(utterances, audio)), desc=desc, unit="utt", dynamic_ncols=True, leave=False):
-        results.append(replay(model, wave, options, espnet_search=espnet_search, utterance_id=utt.id))
-    return results, [r.latency for r in results]
+        for name, options in configs.items():
+            results[name].append(replay(model, wave, options, espnet_search=searches[name], utterance_id=utt.id))
+    return results
 
 
 def summarize(model_name: str, split: str, config: str, utterances: list[Utterance], results: list[Any]) -> Row:
@@ -230,8 +239,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def replay_group(folder: Path, corpus: Path, split: str, utterances: int, config_names: list[str] | None,
                  threads: int) -> list[Row]:
-    """Every configuration on one model and split, one after the other in this process (so their ratios are
-    measured side by side); each row is printed as it is done."""
+    """Every configuration on one model and split in this process, interleaved utterance by utterance (so
+    their ratios are measured side by side); the group's rows are printed when it is done."""
     torch.set_num_threads(threads)
     configs = configurations()
     if config_names:
@@ -240,11 +249,9 @@ def replay_group(folder: Path, corpus: Path, split: str, utterances: int, config
     utts = dev_subset(load_split(corpus, split), utterances, seed=0)
     audio = [read_audio(u.audio) for u in utts]
     replay(model, audio[0], configs.get("ours", AgentOptions()))  # warm-up: first calls are slow
-    rows = []
-    for name, options in configs.items():
-        results, _ = run_config(model, options, utts, audio, f"{model.model_id} {split} {name}")
-        rows.append(summarize(model.model_id, split, name, utts, results))
-        print(format_table(with_speedups(rows[-1:])).splitlines()[-2], flush=True)
+    results = run_configs(model, configs, utts, audio, f"{model.model_id} {split}")
+    rows = [summarize(model.model_id, split, name, utts, results[name]) for name in configs]
+    print("\n".join(format_table(with_speedups(rows)).splitlines()[2:]), flush=True)
     return rows
 
 

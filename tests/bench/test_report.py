@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 
-from pasu.bench.local import configurations, run_config, summarize, with_speedups
+from pasu.bench.local import configurations, run_configs, summarize, with_speedups
 from pasu.bench.report import ABLATION, ReportInputs, write_report
 from pasu.models.data import Utterance
 import pasu_tests_cloud_support  # loaded by tests/conftest.py
@@ -28,11 +28,10 @@ def _local_results(tmp_path: Path) -> Path:
     audio = [(0.1 * rng.standard_normal(int(16000 * s))).astype(np.float32) for s in (2.2, 2.6)]
     utterances = [Utterance(f"u{i}", tmp_path / f"u{i}.flac", len(a) / 16000, "", "wake me up", "alarm_set", ())
                   for i, a in enumerate(audio)]
-    configs = configurations()
-    rows = []
-    for name in ("espnet_batch", "only_ctc_leap", "ours", "ours_all", "ours_all_tau_2", "ours_all_non_incremental"):
-        results, _ = run_config(model, configs[name], utterances, audio, name)
-        rows.append(summarize(model.model_id, "test", name, utterances, results))
+    names = ("espnet_batch", "only_ctc_leap", "ours", "ours_all", "ours_all_tau_2", "ours_all_non_incremental")
+    configs = {name: configurations()[name] for name in names}
+    results = run_configs(model, configs, utterances, audio, "tiny")
+    rows = [summarize(model.model_id, "test", name, utterances, results[name]) for name in names]
     path = tmp_path / "local.json"
     path.write_text(json.dumps({"rows": [asdict(r) for r in with_speedups(rows)], "note": "tiny"}))
     return path
