@@ -2,11 +2,12 @@
 
 Every configuration replays the same utterances on the agent's virtual clock (audio due at real-time pace,
 work advancing the clock by its measured compute time, see pasu.device.agent) in one process, utterance by
-utterance with every configuration in turn, so the ratios between them are measured side by side. Rows: ESPnet's own BeamSearch and
-BatchBeamSearch, the agent as shipped (decided stop), our pilot-assisted decoding with every optimization,
-each optimization alone (the paper's Fig. 5), the pilot interval tau and incremental vs from-scratch pilots
-(Table 4), and faster-whisper tiny.en (what a user would pick instead). `--check-clock N` replays N
-utterances both on the virtual clock and at real-time pace and prints how far apart the latencies are.
+utterance with every configuration in turn, so the ratios between them are measured side by side. Rows:
+ESPnet's own BeamSearch and BatchBeamSearch, the agent as shipped (decided stop), our pilot-assisted decoding
+with every optimization, each optimization alone (the paper's Fig. 5), the pilot interval tau and incremental
+vs from-scratch pilots (Table 4), and faster-whisper tiny.en (what a user would pick instead).
+`--check-clock N` replays N utterances both on the virtual clock and at real-time pace and prints how far
+apart the latencies are.
 """
 
 from __future__ import annotations
