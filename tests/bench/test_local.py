@@ -14,7 +14,7 @@ from pasu.models.data import write_synthetic_corpus
 CONFIGS = ("espnet_beam", "espnet_batch", "ours", "ours_all")
 
 
-def test_ours_is_the_agents_shipped_decode_and_with_leap_adds_only_the_leap():
+def test_ours_is_the_agents_shipped_decode_and_ours_all_turns_every_shortcut_on():
     configs = configurations()
     assert configs["ours"].final_search == AgentOptions().final_search
     shortcuts = ("beam_collapse", "early_termination", "ctc_leap")
