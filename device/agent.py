@@ -214,7 +214,8 @@ class Session:
 
     def _decide(self, hypothesis: Hypothesis | None) -> Decision:
         start = self.clock.now()
-        decision = self.policy.decide(hypothesis)
+        speech_seconds = sum(len(chunk) for chunk in self.audio) / SAMPLE_RATE
+        decision = self.policy.decide(hypothesis, speech_seconds)
         self.timeline.add("offramp", start, self.clock.now(), offload=decision.offload, reason=decision.reason)
         return decision
 

@@ -63,7 +63,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--policy", choices=("on-device", "all", "ppl"), default=None,
                      help="offloading policy when there is a cloud (routing.policy; default ppl)")
     run.add_argument("--threshold", type=float, default=None,
-                     help="perplexity above which to offload with ppl (routing.threshold; default 3.0)")
+                     help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.0)")
     run.add_argument("--timeline", type=Path, default=None, help="write the event timeline as JSON")
     run.add_argument("--plot", type=Path, default=None, help="draw the timeline as a PNG")
     run.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -88,7 +88,7 @@ class _Probe:
     def __init__(self) -> None:
         self.seen: list[Hypothesis | None] = []
 
-    def decide(self, hypothesis: Hypothesis | None) -> Decision:
+    def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
         self.seen.append(hypothesis)
         return Decision(False, None, "probe: recording the offramp's input")
 

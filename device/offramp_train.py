@@ -33,7 +33,7 @@ from pasu.device.calibration import (
     wer_targets,
 )
 from pasu.device.offramp_data import OfframpSample
-from pasu.device.routing import PerplexityOfframp
+from pasu.device.routing import PerplexityOfframp, weigh_by_length
 from sklearn.model_selection import KFold, StratifiedKFold
 
 log = logging.getLogger(__name__)
@@ -100,13 +100,15 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     sequences, labels = training_set(kept)
     oof = out_of_fold_scores(sequences, labels, options)
     bilstm = train(sequences, labels, options.bilstm)
+    seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
     report = {
-        "samples": len(kept), "bad_share": float(labels.mean()),
+        "samples": len(kept), "bad_share": float(labels.mean()), "length_weighted": True,
         "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm),
-                   **calibrate("BiLSTM", oof, kept, options.levels, cloud_edits)},
-        "ppl": calibrate("PPL", ppl_scores(kept), kept, options.levels, cloud_edits),
+                   **calibrate("BiLSTM", weigh_by_length(oof, seconds), kept, options.levels, cloud_edits)},
+        "ppl": calibrate("PPL", weigh_by_length(ppl_scores(kept), seconds), kept, options.levels, cloud_edits),
         # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
-        "ppl_late": calibrate("PPL (full decode)", ppl_scores(kept, late=True), kept, options.levels, cloud_edits),
+        "ppl_late": calibrate("PPL (full decode)", weigh_by_length(ppl_scores(kept, late=True), seconds), kept,
+                              options.levels, cloud_edits),
     }
     return bilstm, report
 
@@ -128,7 +130,11 @@ def load_thresholds(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / THRESHOLDS
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: no {THRESHOLDS}; run `pasu offramp train` first")
-    return json.loads(path.read_text())
+    report = json.loads(path.read_text())
+    if not report.get("length_weighted"):  # its thresholds are in other units than the policy's scores
+        raise ValueError(f"{path}: calibrated on scores not weighed by length (an older PASU); "
+                         "run `pasu offramp train` again")
+    return report
 
 
 def threshold(report: dict[str, Any], offramp: str, level: str) -> float:

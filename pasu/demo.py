@@ -30,7 +30,8 @@ class DemoOptions:
     utterances: int = 8  # sample commands to run
     hard_every: int = 2  # every n-th utterance gets heavy noise (0 dB SNR): the ones to offload
     voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
-    # perplexity of the last pilot above which the device offloads; None: the model's calibrated Offload-M
+    # the last pilot's perplexity times the speech's seconds above which the device offloads (routing.OfframpPolicy);
+    # None: the model's calibrated Offload-M
     # threshold (MODEL/offramp/offramp.json, `pasu offramp train`), FALLBACK_THRESHOLD for a model without one
     threshold: float | None = None
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
@@ -155,11 +156,11 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 
 
 # ---- the device ------------------------------------------------------------------------------------------
-FALLBACK_THRESHOLD = 3.0  # PPL threshold for a model folder that has no calibrated offramp
+FALLBACK_THRESHOLD = 3.0  # PPL x seconds threshold for a model folder that has no calibrated offramp
 
 
 def offload_threshold(model_dir: Path) -> float:
-    """The model's calibrated Offload-M perplexity threshold, or FALLBACK_THRESHOLD when it has none."""
+    """The model's calibrated Offload-M threshold (PPL x seconds), or FALLBACK_THRESHOLD when it has none."""
     from pasu.device.offramp_train import OFFRAMP_DIR, load_thresholds, threshold
 
     try:

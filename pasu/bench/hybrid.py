@@ -138,7 +138,9 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
             designs.append(run_policy(OfframpPolicy(offramp, t, f"{name}-{level}", late), samples, calls, t))
     totals = tuple(x.sum() for x in edit_totals(samples, calls))
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
-    scorers = [Scorer("Ours-PPL", ppl), Scorer("Ours-BiLSTM", bilstm), Scorer("Late-PPL", ppl, late=True)]
+    scorers = [Scorer("Ours-PPL", ppl), Scorer("Ours-BiLSTM", bilstm), Scorer("Late-PPL", ppl, late=True),
+               # the paper's per-hypothesis scores, to show what weighing by length changes
+               Scorer("Ours-PPL per token", ppl, per_token=True), Scorer("Ours-BiLSTM per token", bilstm, per_token=True)]
     t5 = table5(samples, calls, scorers, on_device, all_offload)
     checks = target_checks(t5, {o.design: o for o in designs}, all_offload)
     return {"designs": [asdict(o) for o in designs], "naive_line": [asdict(o) for o in naive_line],

@@ -82,9 +82,9 @@ def hypotheses(samples: Sequence[OfframpSample], late: bool) -> list[Hypothesis 
 def decide(policy: Policy, samples: Sequence[OfframpSample]) -> tuple[np.ndarray, np.ndarray]:
     """Per utterance: does `policy` offload, and how long did deciding take (seconds)."""
     offload, cost = [], []
-    for hypothesis in hypotheses(samples, policy.after_decode):
+    for hypothesis, sample in zip(hypotheses(samples, policy.after_decode), samples):
         start = time.perf_counter()
-        offload.append(policy.decide(hypothesis).offload)
+        offload.append(policy.decide(hypothesis, sample.duration).offload)
         cost.append(time.perf_counter() - start)
     return np.array(offload, dtype=bool), np.array(cost)
 
@@ -142,6 +142,10 @@ class Scorer:
     name: str  # row label, e.g. "Ours-PPL"
     offramp: Offramp
     late: bool = False
+    per_token: bool = False  # the paper's score, not weighed by the speech's length (routing.OfframpPolicy)
+
+    def policy(self, threshold: float) -> OfframpPolicy:
+        return OfframpPolicy(self.offramp, threshold, self.name, self.late, self.per_token)
 
 
 def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers: Sequence[Scorer],
@@ -156,10 +160,11 @@ def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers
         row: dict[str, Outcome | None] = {"NaiveHybrid": naive_expected(p, on_device, all_offload, totals)
                                           if p is not None else None}
         for scorer in scorers:
-            scores = [scorer.offramp.score(h) if h else np.inf for h in hypotheses(samples, scorer.late)]
+            unset = scorer.policy(threshold=np.inf)
+            scores = [unset.score(h, s.duration) if h else np.inf
+                      for h, s in zip(hypotheses(samples, scorer.late), samples)]
             cal = for_wer(offload_curve(scores, local, cloud, words), target)
-            policy = OfframpPolicy(scorer.offramp, cal.threshold, scorer.name, scorer.late) if cal else None
-            row[scorer.name] = run_policy(policy, samples, calls, cal.threshold) if policy else None
+            row[scorer.name] = run_policy(scorer.policy(cal.threshold), samples, calls, cal.threshold) if cal else None
         table[f"{target:.4f}"] = row
     return table
 

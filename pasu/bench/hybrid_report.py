@@ -33,8 +33,8 @@ def table5_text(table: dict[str, dict[str, Outcome | None]]) -> str:
     if not table:
         return "(no WER target: the cloud is not more accurate than the device on these utterances)"
     designs = list(next(iter(table.values())))
-    head = f"{'design':<18}" + "".join(f"{'WER<=' + t:>28}" for t in table)
-    sub = f"{'':<18}" + "".join(f"{'offload%  mean ms    RTF':>28}" for _ in table)
+    head = f"{'design':<24}" + "".join(f"{'WER<=' + t:>28}" for t in table)
+    sub = f"{'':<24}" + "".join(f"{'offload%  mean ms    RTF':>28}" for _ in table)
     lines = [head, sub, "-" * len(head)]
     for d in designs:
         cells = []
@@ -42,7 +42,7 @@ def table5_text(table: dict[str, dict[str, Outcome | None]]) -> str:
             o = row[d]
             cells.append(f"{'unreachable':>28}" if o is None else
                          f"{_pct(o.offload_ratio):>12}{_ms(o.mean_latency):>9}{o.mean_rtf:>7.3f}")
-        lines.append(f"{d:<18}" + "".join(cells))
+        lines.append(f"{d:<24}" + "".join(cells))
     return "\n".join(lines)
 
 

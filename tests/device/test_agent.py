@@ -138,6 +138,19 @@ def test_a_low_threshold_offloads_and_a_high_one_keeps_it_local(tiny_model, spee
     assert "score" in high.reason
 
 
+def test_the_policy_is_told_how_long_the_speech_was(tiny_model, speech_like):
+    """The offramp weighs its score by the utterance's length: the agent must hand over the seconds heard."""
+    heard = []
+
+    class Recording(OnDevice):
+        def decide(self, hypothesis, speech_seconds):
+            heard.append(speech_seconds)
+            return super().decide(hypothesis, speech_seconds)
+
+    replay(tiny_model, speech_like(2.2, seed=9), AgentOptions(), policy=Recording())
+    assert heard == [pytest.approx(2.2, abs=0.01)]
+
+
 def test_an_unreachable_cloud_falls_back_to_the_local_answer(tiny_model, speech_like):
     client = CloudClient("127.0.0.1:9", deadline_s=0.5)  # nothing listens on the discard port
     try:

@@ -59,5 +59,5 @@ def test_it_drives_an_offramp_policy():
     offramp = train(x, y, TrainOptions(epochs=25))
     bad = Hypothesis((1, 2, 3, 4), 0.0, True, token_att=(-0.1, -5.0, -5.5, -6.0, -0.1), token_ctc=(-0.1, -4, -5, -4, -0.1))
     good = Hypothesis((1, 2, 3, 4), 0.0, True, token_att=(-0.1,) * 5, token_ctc=(-0.05,) * 5)
-    policy = OfframpPolicy(offramp, 0.5, "Ours-BiLSTM")
-    assert policy.decide(bad).offload and not policy.decide(good).offload
+    policy = OfframpPolicy(offramp, 0.5 * 3.0, "Ours-BiLSTM")  # P(bad) 0.5 in a 3-second utterance
+    assert policy.decide(bad, 3.0).offload and not policy.decide(good, 3.0).offload

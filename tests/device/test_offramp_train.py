@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from pasu.device.bilstm_offramp import TrainOptions
@@ -13,6 +15,7 @@ from pasu.device.offramp_train import (
     save_offramps,
     threshold,
 )
+from pasu.device.routing import OfframpPolicy, PerplexityOfframp
 
 from pasu.metrics import SluResult
 
@@ -57,3 +60,21 @@ def test_training_and_calibration_on_a_small_split(tmp_path):
 def test_loading_without_training_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="pasu offramp train"):
         load_offramps(tmp_path)
+
+
+def test_thresholds_are_in_the_policys_units(tmp_path):
+    """The calibrated threshold, applied by the policy to the length-weighted score, gives the calibrated ratio."""
+    samples = [dataclasses.replace(s, duration=1.0 + (i % 3)) for i, s in enumerate(split())]
+    bilstm, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=5), folds=3))
+    cal = report["ppl"]["levels"]["M"]
+    policy = OfframpPolicy(PerplexityOfframp(), cal["threshold"])
+    offloaded = [policy.decide(s.early.hypothesis(), s.duration).offload for s in samples]
+    assert np.mean(offloaded) == pytest.approx(cal["offload_ratio"])
+
+
+def test_a_report_from_before_length_weighting_is_refused(tmp_path):
+    bilstm, report = fit_offramps(split(), OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3))
+    del report["length_weighted"]
+    save_offramps(tmp_path / "offramp", bilstm, report)
+    with pytest.raises(ValueError, match="pasu offramp train"):
+        load_offramps(tmp_path / "offramp")

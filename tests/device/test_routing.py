@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, RoutingOptions
+from pasu.device.decoding.search import Hypothesis
+from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, PerplexityOfframp, RoutingOptions
 
 
 def test_policy_names():
@@ -20,3 +23,17 @@ def test_token_comes_from_the_token_file(tmp_path):
     assert RoutingOptions(token_file=str(tmp_path / "token")).token() == "s3cret"
     with pytest.raises(FileNotFoundError):
         RoutingOptions(token_file=str(tmp_path / "missing")).token()
+
+
+def test_offramp_policy_weighs_the_score_by_the_speech_length():
+    """A corpus WER sums edits: the same doubtful hypothesis is worth offloading in a long command, not a short one."""
+    doubtful = Hypothesis((5, 6, 7), 0.0, True, token_att=(-1.0, -1.0, -1.0, -1.0))  # perplexity e
+    policy = OfframpPolicy(PerplexityOfframp(), threshold=2 * math.e)
+    assert policy.score(doubtful, 4.0) == pytest.approx(4 * math.e)
+    assert policy.decide(doubtful, 4.0).offload and not policy.decide(doubtful, 1.0).offload
+    per_token = OfframpPolicy(PerplexityOfframp(), threshold=2.0, per_token=True)
+    assert per_token.decide(doubtful, 1.0).offload and per_token.decide(doubtful, 4.0).offload
+
+
+def test_a_policy_without_a_hypothesis_offloads():
+    assert OfframpPolicy(PerplexityOfframp(), threshold=1e9).decide(None, 3.0).offload
