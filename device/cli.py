@@ -39,7 +39,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
-               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
+               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.7\n"
                "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,7 +63,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--policy", choices=("on-device", "all", "ppl"), default=None,
                      help="offloading policy when there is a cloud (routing.policy; default ppl)")
     run.add_argument("--threshold", type=float, default=None,
-                     help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.0)")
+                     help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.7)")
     run.add_argument("--timeline", type=Path, default=None, help="write the event timeline as JSON")
     run.add_argument("--plot", type=Path, default=None, help="draw the timeline as a PNG")
     run.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -128,7 +128,7 @@ class RoutingOptions:
     policy: PolicyName = "ppl"  # with a cloud: on-device (never offload), all (always), ppl (above threshold)
     # ppl: the last pilot's perplexity times the speech's seconds above which the utterance is offloaded (about
     # the shipped device model's calibrated Offload-M threshold)
-    threshold: float = 3.0
+    threshold: float = 3.7
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
 
     def make_policy(self) -> Policy:

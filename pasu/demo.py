@@ -32,7 +32,7 @@ class DemoOptions:
     voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
     # the last pilot's perplexity times the speech's seconds above which the device offloads (routing.OfframpPolicy);
     # None: the model's calibrated Offload-M
-    # threshold (MODEL/offramp/offramp.json, `pasu offramp train`), FALLBACK_THRESHOLD for a model without one
+    # threshold (MODEL/offramp/offramp.json, `pasu offramp train`), the agent's default for a model without one
     threshold: float | None = None
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     seed: int = 0  # noise
@@ -156,17 +156,15 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 
 
 # ---- the device ------------------------------------------------------------------------------------------
-FALLBACK_THRESHOLD = 3.0  # PPL x seconds threshold for a model folder that has no calibrated offramp
-
-
 def offload_threshold(model_dir: Path) -> float:
-    """The model's calibrated Offload-M threshold (PPL x seconds), or FALLBACK_THRESHOLD when it has none."""
+    """The model's calibrated Offload-M threshold (PPL x seconds), or the agent's default when it has none."""
     from pasu.device.offramp_train import OFFRAMP_DIR, load_thresholds, threshold
+    from pasu.device.routing import RoutingOptions
 
     try:
         return threshold(load_thresholds(Path(model_dir) / OFFRAMP_DIR), "ppl", "M")
     except FileNotFoundError:
-        return FALLBACK_THRESHOLD
+        return RoutingOptions().threshold
 
 
 def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoOptions) -> list[dict]:
