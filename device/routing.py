@@ -6,9 +6,9 @@ pay off), or, for the late-decision baseline, from the full local decode's. Offr
 
 The offramp policy weighs the score by the speech's length (`weigh_by_length`): a WER target is a corpus WER,
 edits summed over utterances, and a long utterance the device gets wrong carries more of them than a short one.
-On the bench's data the paper's per-hypothesis score ranks no better than its own label (local WER > 0.1)
-allows: even ordering by the true utterance WER needs 0.57-0.80x NaiveHybrid's offloading on 150 test
-utterances, ordering by the true edit count 0.23-0.50x, and the perplexity times the seconds 0.20-0.59x.
+Per hypothesis, as the paper scores, even a perfect estimate of each utterance's WER would need 0.57-0.80x
+NaiveHybrid's offloading at the bench's WER targets (150 test utterances), a perfect count of its edits
+0.23-0.50x; the measured offramps, per token and weighed, are in the README's Table 5.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class PerplexityOfframp:
 
 
 def weigh_by_length(score: ScoreLike, speech_seconds: ScoreLike) -> ScoreLike:
-    """An offramp score as expected word errors: errors per token (the score) times the speech's length."""
+    """A per-token offramp score scaled to grow with the utterance, as its expected word errors do."""
     return score * speech_seconds
 
 

@@ -31,8 +31,8 @@ class DemoOptions:
     hard_every: int = 2  # every n-th utterance gets heavy noise (0 dB SNR): the ones to offload
     voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
     # the last pilot's perplexity times the speech's seconds above which the device offloads (routing.OfframpPolicy);
-    # None: the model's calibrated Offload-M
-    # threshold (MODEL/offramp/offramp.json, `pasu offramp train`), the agent's default for a model without one
+    # None: the model's calibrated Offload-M threshold (MODEL/offramp/offramp.json, `pasu offramp train`), the
+    # agent's default for a model without one
     threshold: float | None = None
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     seed: int = 0  # noise

@@ -160,8 +160,8 @@ def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers
         row: dict[str, Outcome | None] = {"NaiveHybrid": naive_expected(p, on_device, all_offload, totals)
                                           if p is not None else None}
         for scorer in scorers:
-            unset = scorer.policy(threshold=np.inf)
-            scores = [unset.score(h, s.duration) if h else np.inf
+            scoring = scorer.policy(threshold=np.inf)  # only its scores are read
+            scores = [scoring.score(h, s.duration) if h else np.inf
                       for h, s in zip(hypotheses(samples, scorer.late), samples)]
             cal = for_wer(offload_curve(scores, local, cloud, words), target)
             row[scorer.name] = run_policy(scorer.policy(cal.threshold), samples, calls, cal.threshold) if cal else None
