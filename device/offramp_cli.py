@@ -1,4 +1,5 @@
-"""`pasu offramp train`: replay a packaged device model on dev, fit the BiLSTM offramp, calibrate both offramps."""
+"""`pasu offramp train`: replay a packaged device model on dev, fit the BiLSTM offramp and the intent reader,
+calibrate the offramps."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 
 from pasu.metrics import word_edits
+
+if TYPE_CHECKING:
+    from pasu.device.intent_offramp import IntentReader
 
 DEFAULT_CORPUS = "data/corpus-full"
 
@@ -23,9 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                             epilog="Example: pasu offramp train models/shipped/device --limit 150")
     commands = parser.add_subparsers(dest="offramp_command", metavar="COMMAND", required=True)
     train = commands.add_parser(
-        "train", help="fit the BiLSTM offramp on dev replays and calibrate PPL and BiLSTM thresholds",
-        description="Replays the agent over a corpus split (cached), fits the BiLSTM to predict local WER > 0.1,\n"
-                    "and writes bilstm.pt, bilstm.json and offramp.json (thresholds) to MODEL/offramp/.",
+        "train", help="fit the BiLSTM offramp on dev replays and calibrate PPL, BiLSTM and intent thresholds",
+        description="Replays the agent over a corpus split (cached), fits the BiLSTM to predict local WER > 0.1\n"
+                    "and the intent reader on the training sentences, and writes bilstm.pt, bilstm.json,\n"
+                    "intent_reader.json/.npz and offramp.json (thresholds) to MODEL/offramp/.",
         epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("model", type=Path, help="packaged device model folder (pasu package)")
@@ -44,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from pasu.device.intent_offramp import IntentAgreementOfframp
+    from pasu.device.runtime import DeviceModel
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
         OfframpTrainOptions,
@@ -59,12 +67,15 @@ def run_train(args: argparse.Namespace) -> int:
     cloud_edits = cloud_word_edits(args.cloud_model, utterances) if args.cloud_model else None
     options = OfframpTrainOptions()
     options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs))
-    bilstm, report = fit_offramps(samples, options, cloud_edits)
+    reader = fit_intent_reader(args.corpus)
+    intent = IntentAgreementOfframp(reader, DeviceModel.from_folder(args.model).read)  # reads pilots' tokens
+    bilstm, report = fit_offramps(samples, options, cloud_edits, intent)
+    reader.save(out)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     save_offramps(out, bilstm, report)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
-    for name in ("ppl", "bilstm"):
+    for name in ("ppl", "bilstm", "intent"):
         print(f"{name}: {json.dumps(report[name]['selectivity'])}")
         for level, cal in report[name]["levels"].items():
             print(f"  Offload-{level}: threshold {cal['threshold']:.4g} -> offload {cal['offload_ratio']:.1%}")
@@ -82,6 +93,15 @@ def collect_split(model_folder: Path, corpus: Path, split: str, utterances: Sequ
     options = AgentOptions()
     key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options)
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
+
+
+def fit_intent_reader(corpus: Path) -> IntentReader:
+    """The intent offramp's text classifier, on the training split's distinct sentences."""
+    from pasu.device.intent_offramp import IntentReader
+
+    sentences = {u.text: u.intent for u in load_split(corpus, "train")}
+    print(f"intent reader: fitting on {len(sentences)} training sentences", flush=True)
+    return IntentReader.fit(list(sentences), list(sentences.values()))
 
 
 def cloud_word_edits(folder: Path, utterances: Sequence[Utterance]) -> list[int]:

@@ -32,6 +32,7 @@ from pasu.device.calibration import (
     selectivity,
     wer_targets,
 )
+from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader
 from pasu.device.offramp_data import OfframpSample
 from pasu.device.routing import PerplexityOfframp, weigh_by_length
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -91,9 +92,17 @@ def calibrate(name: str, scores: np.ndarray, samples: Sequence[OfframpSample], l
     return result
 
 
+def intent_scores(offramp: IntentAgreementOfframp, samples: Sequence[OfframpSample]) -> np.ndarray:
+    """Intent-agreement scores of each sample's early hypothesis; inf when there is none."""
+    return np.array([offramp.score(s.early.hypothesis()) if s.early else np.inf for s in samples])
+
+
 def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions = OfframpTrainOptions(),
-                 cloud_edits: Sequence[int] | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
-    """The BiLSTM fitted on every sample, and the report with both offramps' calibrated thresholds."""
+                 cloud_edits: Sequence[int] | None = None,
+                 intent: IntentAgreementOfframp | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
+    """The BiLSTM fitted on every sample, and the report with the offramps' calibrated thresholds (with
+    `intent`, the intent-agreement offramp's too: an intent is right or wrong whatever the length, so its
+    scores are not weighed by length)."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
@@ -110,6 +119,8 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         "ppl_late": calibrate("PPL (full decode)", weigh_by_length(ppl_scores(kept, late=True), seconds), kept,
                               options.levels, cloud_edits),
     }
+    if intent is not None:
+        report["intent"] = calibrate("Intent agreement", intent_scores(intent, kept), kept, options.levels, cloud_edits)
     return bilstm, report
 
 
@@ -125,6 +136,13 @@ def load_offramps(folder: str | Path) -> tuple[BiLstmOfframp, dict[str, Any]]:
     return BiLstmOfframp.load(Path(folder)), report
 
 
+def load_intent_offramp(folder: str | Path, model_folder: str | Path) -> IntentAgreementOfframp:
+    """The intent-agreement offramp of an offramp folder, reading hypotheses with the device model's tokenizer."""
+    from pasu.device.runtime import DeviceModel
+
+    return IntentAgreementOfframp(IntentReader.load(folder), DeviceModel.from_folder(model_folder).read)
+
+
 def load_thresholds(folder: str | Path) -> dict[str, Any]:
     """The calibration report (offramp.json) of an offramp folder; FileNotFoundError without one."""
     path = Path(folder) / THRESHOLDS
@@ -138,7 +156,7 @@ def load_thresholds(folder: str | Path) -> dict[str, Any]:
 
 
 def threshold(report: dict[str, Any], offramp: str, level: str) -> float:
-    """A calibrated threshold: offramp "ppl", "bilstm" or "ppl_late", level "L"/"M"/"H"."""
+    """A calibrated threshold: offramp "ppl", "bilstm", "ppl_late" or "intent", level "L"/"M"/"H"."""
     return float(report[offramp]["levels"][level]["threshold"])
 
 

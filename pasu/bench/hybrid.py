@@ -14,7 +14,7 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ def register(benches: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pasu.device.offramp_cli import collect_split
-    from pasu.device.offramp_train import OFFRAMP_DIR, load_offramps
+    from pasu.device.offramp_train import OFFRAMP_DIR, load_intent_offramp, load_offramps
     from pasu.models.data import dev_subset, load_split
 
     logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
@@ -69,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     cloud_model = args.cloud_model or args.model
     if args.cloud_model is None:
         print(f"note: no --cloud-model; the cloud hosts the device model ({args.model})", file=sys.stderr)
-    bilstm, report = load_offramps(args.offramp or args.model / OFFRAMP_DIR)
+    offramp_folder = args.offramp or args.model / OFFRAMP_DIR
+    bilstm, report = load_offramps(offramp_folder)
+    intent = load_intent_offramp(offramp_folder, args.model) if "intent" in report else None
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(args.model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
     print(f"network emulation: {EMULATION}")
     for profile in profiles:
-        result = evaluate_profile(samples, calls[profile], bilstm, report)
+        result = evaluate_profile(samples, calls[profile], bilstm, report, intent)
         result["proxy"] = proxies[profile]
         results["profiles"][profile] = result
         print_profile(profile, result)
@@ -117,28 +119,27 @@ def offload_all(cloud_model: Path, utterances: list, samples: list, profiles: li
     return calls, proxies
 
 
-def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report: dict[str, Any]) -> dict[str, Any]:
+def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report: dict[str, Any],
+                     intent: Any = None) -> dict[str, Any]:
     """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network."""
     from pasu.device.offramp_train import threshold
-    from pasu.device.routing import (
-        AllOffload,
-        OfframpPolicy,
-        OnDevice,
-        PerplexityOfframp,
-    )
+    from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
 
     ppl = PerplexityOfframp()
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
     all_offload = run_policy(AllOffload(), samples, calls)
     designs = [on_device, all_offload]
+    scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm),
+               "ppl_late": Scorer("Late-PPL", ppl, late=True)}
+    if intent is not None:  # an intent is right or wrong whatever the length: its score is not weighed by it
+        scorers["intent"] = Scorer("Ours-Intent", intent, per_token=True)
     for level in ("L", "M", "H"):
-        for key, offramp, name, late in (("ppl", ppl, "Ours-PPL", False), ("bilstm", bilstm, "Ours-BiLSTM", False),
-                                         ("ppl_late", ppl, "Late-PPL", True)):
+        for key, scorer in scorers.items():
             t = threshold(report, key, level)
-            designs.append(run_policy(OfframpPolicy(offramp, t, f"{name}-{level}", late), samples, calls, t))
+            designs.append(run_policy(replace(scorer, name=f"{scorer.name}-{level}").policy(t), samples, calls, t))
     totals = tuple(x.sum() for x in edit_totals(samples, calls))
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
-    scorers = [Scorer("Ours-PPL", ppl), Scorer("Ours-BiLSTM", bilstm), Scorer("Late-PPL", ppl, late=True),
+    scorers = [*scorers.values(),
                # the paper's per-hypothesis scores, to show what weighing by length changes
                Scorer("Ours-PPL per token", ppl, per_token=True), Scorer("Ours-BiLSTM per token", bilstm, per_token=True)]
     t5 = table5(samples, calls, scorers, on_device, all_offload)

@@ -183,7 +183,8 @@ def target_checks(table: dict[str, dict[str, Outcome | None]], designs: dict[str
             ok = None if naive is None or ours is None else bool(
                 ours.offload_ratio <= ratio * naive.offload_ratio + 1e-12)
             checks.append((f"WER {target}: {name} offloads <= {ratio}x NaiveHybrid", ok))
-    for name in ("Ours-PPL-M", "Ours-BiLSTM-M"):
+    offload_m = [name for name in designs if name.startswith("Ours-") and name.endswith("-M")]
+    for name in offload_m or ["Ours-PPL-M"]:  # every early-deciding offramp at Offload-M
         m = designs.get(name)
         checks.append((f"{name}: mean latency <= 0.75x AllOffload",
                        None if m is None else bool(m.mean_latency <= 0.75 * all_offload.mean_latency)))

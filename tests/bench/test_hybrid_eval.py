@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from pasu.device.bilstm_offramp import TrainOptions
+from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader, ReaderOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample, collect
 from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
 from pasu.models.data import Utterance
@@ -70,11 +71,15 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
                                  deadline=10.0, seed=0)
     assert [c.ok for c in calls["wifi"]] == [True, True]
     assert proxies["wifi"]["rtt_ms"] == 10 and proxies["wifi"]["stats"]["bytes_up"] > 2.8 * 16000 * 2
+    reader = IntentReader.fit([REF.text, WRONG.text, "set an alarm", "play some music"],
+                              [REF.intent, WRONG.intent, REF.intent, WRONG.intent], ReaderOptions(min_df=1))
+    intent = IntentAgreementOfframp(reader, device.read)
     bilstm, report = fit_offramps([sample(i, i % 2 == 0) for i in range(12)],
-                                  OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=2))
-    result = evaluate_profile(samples, calls["wifi"], bilstm, report)
+                                  OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=2), intent=intent)
+    result = evaluate_profile(samples, calls["wifi"], bilstm, report, intent)
     designs = {d["design"]: d for d in result["designs"]}
     assert designs["Ours-NoOffload"]["offload_ratio"] == 0.0 and designs["AllOffload"]["offload_ratio"] == 1.0
-    assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Late-PPL-M"} <= designs.keys()
+    assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Late-PPL-M", "Ours-Intent-M"} <= designs.keys()
+    assert any(c["check"].startswith("Ours-Intent-M: intent accuracy") for c in result["checks"])
     assert len(result["naive_line"]) == 11 and result["cloud_failures"] == 0
     assert json.loads(json.dumps(result))["checks"] == result["checks"]  # what `pasu bench hybrid` writes
