@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from pasu.device.cloud_client import CloudClient
     from pasu.device.config import DeviceConfig
     from pasu.device.routing import Policy, RoutingOptions
+    from pasu.device.runtime import DeviceModel
 
 # `pasu device run`'s default --config: every DeviceConfig field at its default, with its comment.
 DEFAULT_CONFIG = Path(__file__).with_name("agent.yaml")
@@ -60,7 +61,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--cloud", default=None,
                      help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
     run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
-    run.add_argument("--policy", choices=("on-device", "all", "ppl"), default=None,
+    run.add_argument("--policy", choices=("on-device", "all", "ppl", "intent"), default=None,
                      help="offloading policy when there is a cloud (routing.policy; default ppl)")
     run.add_argument("--threshold", type=float, default=None,
                      help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.7)")
@@ -112,7 +113,11 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     model = DeviceModel.from_folder(args.model)
     options = config.agent
-    policy, cloud = _routing(config.routing, args.token)
+    try:
+        policy, cloud = _routing(config.routing, args.token, model, args.model)
+    except FileNotFoundError as error:  # the intent policy without the model's intent reader
+        print(f"error: {error}: the intent policy needs `pasu offramp train {args.model}` first", file=sys.stderr)
+        return 2
     try:
         if args.mic:
             result = _from_microphone(DeviceAgent(model, options, policy, cloud), args)
@@ -134,13 +139,19 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _routing(routing: RoutingOptions, token: str | None) -> tuple[Policy | None, CloudClient | None]:
+def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
+             model_folder: Path) -> tuple[Policy | None, CloudClient | None]:
     """The offloading policy and cloud client (None, None without a cloud); `token` overrides the token file."""
     from pasu.device.cloud_client import CloudClient
+    from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader
+    from pasu.device.offramp_train import OFFRAMP_DIR
 
     if not routing.cloud:
         return None, None
-    return routing.make_policy(), CloudClient(routing.cloud, token=token or routing.token())
+    intent = None
+    if routing.policy == "intent":
+        intent = IntentAgreementOfframp(IntentReader.load(model_folder / OFFRAMP_DIR), model.read)
+    return routing.make_policy(intent), CloudClient(routing.cloud, token=token or routing.token())
 
 
 def _until_end_of_speech(audio):

@@ -117,7 +117,7 @@ class OfframpPolicy:
         return Decision(score > self.threshold, score, f"{self.name} score {score:.3g} {verdict} {self.threshold:.3g}")
 
 
-PolicyName = Literal["on-device", "all", "ppl"]
+PolicyName = Literal["on-device", "all", "ppl", "intent"]
 
 
 @dataclass(frozen=True)
@@ -125,16 +125,25 @@ class RoutingOptions:
     """Whether and where `pasu device run` offloads (the `routing` section of device/agent.yaml)."""
 
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
-    policy: PolicyName = "ppl"  # with a cloud: on-device (never offload), all (always), ppl (above threshold)
+    # with a cloud: on-device (never offload), all (always), ppl (above threshold), intent (above intent_threshold)
+    policy: PolicyName = "ppl"
     # ppl: the last pilot's perplexity times the speech's seconds above which the utterance is offloaded (about
     # the shipped device model's calibrated Offload-M threshold)
     threshold: float = 3.7
+    # intent: 1 - P(the last pilot's intent | its words) above which the utterance is offloaded (the model's
+    # intent reader, MODEL/offramp; about the shipped device model's calibrated Offload-M threshold)
+    intent_threshold: float = 0.51
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
 
-    def make_policy(self) -> Policy:
-        """The policy object `policy` names."""
+    def make_policy(self, intent: Offramp | None = None) -> Policy:
+        """The policy object `policy` names; `intent`: the model's intent-agreement offramp, for "intent"."""
         if self.policy == "ppl":
             return OfframpPolicy(PerplexityOfframp(), self.threshold)
+        if self.policy == "intent":
+            if intent is None:
+                raise ValueError("the intent policy needs the model's intent reader (MODEL/offramp: `pasu offramp train`)")
+            # an intent is right or wrong whatever the length: not weighed by it
+            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent", per_token=True)
         return AllOffload() if self.policy == "all" else OnDevice()
 
     def token(self) -> str | None:

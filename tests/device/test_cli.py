@@ -78,3 +78,32 @@ def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_su
     assert (result["route"], result["pilots"]) == ("fallback", 0)
     result = run("--pilots", "--policy", "on-device")
     assert result["route"] == "local" and result["pilots"] > 0
+
+
+def test_the_intent_policy_reads_the_models_intent_reader(parser, tmp_path, capsys, cloud_support, speech_like):
+    import json
+
+    import soundfile
+    from pasu.device.intent_offramp import IntentReader, ReaderOptions
+
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
+
+    def run(intent_threshold: float) -> int:
+        (tmp_path / "agent.yaml").write_text(  # nothing listens on port 9: an offload falls back
+            "agent: {cloud_deadline_s: 0.3}\n"
+            f"routing: {{cloud: ['127.0.0.1:9'], policy: intent, intent_threshold: {intent_threshold}}}\n")
+        args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
+                                  "--config", str(tmp_path / "agent.yaml"), "--json"])
+        return args.run(args)
+
+    def route(intent_threshold: float) -> str:
+        assert run(intent_threshold) == 0
+        return json.loads(capsys.readouterr().out)["route"]
+
+    assert run(0.5) == 2  # no `pasu offramp train` output in the model folder yet
+    assert "pasu offramp train" in capsys.readouterr().err
+    IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],
+                     ReaderOptions(min_df=1)).save(model / "offramp")
+    # scores lie in [0, 1]: above -1 always (offload, then fall back), above 2 never (local)
+    assert (route(-1.0), route(2.0)) == ("fallback", "local")

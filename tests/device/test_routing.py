@@ -37,3 +37,15 @@ def test_offramp_policy_weighs_the_score_by_the_speech_length():
 
 def test_a_policy_without_a_hypothesis_offloads():
     assert OfframpPolicy(PerplexityOfframp(), threshold=1e9).decide(None, 3.0).offload
+
+
+def test_the_intent_policy_needs_the_models_intent_reader():
+    class Disagreeing:  # an offramp whose reader never agrees with the pilot
+        def score(self, hypothesis):
+            return 0.9
+
+    with pytest.raises(ValueError, match="pasu offramp train"):
+        RoutingOptions(policy="intent").make_policy()
+    policy = RoutingOptions(policy="intent", intent_threshold=0.5).make_policy(Disagreeing())
+    pilot = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
+    assert policy.decide(pilot, 1.0).offload and policy.decide(pilot, 10.0).offload  # length does not matter
