@@ -143,14 +143,13 @@ def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
              model_folder: Path) -> tuple[Policy | None, CloudClient | None]:
     """The offloading policy and cloud client (None, None without a cloud); `token` overrides the token file."""
     from pasu.device.cloud_client import CloudClient
-    from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader
-    from pasu.device.offramp_train import OFFRAMP_DIR
+    from pasu.device.offramp_train import OFFRAMP_DIR, load_intent_offramp
 
     if not routing.cloud:
         return None, None
     intent = None
     if routing.policy == "intent":
-        intent = IntentAgreementOfframp(IntentReader.load(model_folder / OFFRAMP_DIR), model.read)
+        intent = load_intent_offramp(model_folder / OFFRAMP_DIR, model)
     return routing.make_policy(intent), CloudClient(routing.cloud, token=token or routing.token())
 
 

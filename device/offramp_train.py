@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pasu.device.bilstm_offramp import (
@@ -36,6 +36,9 @@ from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader
 from pasu.device.offramp_data import OfframpSample
 from pasu.device.routing import PerplexityOfframp, weigh_by_length
 from sklearn.model_selection import KFold, StratifiedKFold
+
+if TYPE_CHECKING:
+    from pasu.device.runtime import DeviceModel
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +139,9 @@ def load_offramps(folder: str | Path) -> tuple[BiLstmOfframp, dict[str, Any]]:
     return BiLstmOfframp.load(Path(folder)), report
 
 
-def load_intent_offramp(folder: str | Path, model_folder: str | Path) -> IntentAgreementOfframp:
+def load_intent_offramp(folder: str | Path, model: DeviceModel) -> IntentAgreementOfframp:
     """The intent-agreement offramp of an offramp folder, reading hypotheses with the device model's tokenizer."""
-    from pasu.device.runtime import DeviceModel
-
-    return IntentAgreementOfframp(IntentReader.load(folder), DeviceModel.from_folder(model_folder).read)
+    return IntentAgreementOfframp(IntentReader.load(folder), model.read)
 
 
 def load_thresholds(folder: str | Path) -> dict[str, Any]:

@@ -99,15 +99,16 @@ class OfframpPolicy:
     """Offload when the offramp's score, weighed by the speech's length, exceeds the threshold."""
 
     offramp: Offramp
-    threshold: float  # in the offramp's units times seconds (per_token: the offramp's own units)
+    threshold: float  # in the offramp's units times seconds (not length_weighted: the offramp's own units)
     name: str = "Ours-PPL"
     after_decode: bool = False
-    per_token: bool = False  # the paper's rule: the offramp's score as it is, whatever the utterance's length
+    # False: the offramp's score as it is, whatever the utterance's length (the paper's rule; an intent check)
+    length_weighted: bool = True
 
     def score(self, hypothesis: Hypothesis, speech_seconds: float) -> float:
         """What is compared with the threshold."""
         score = self.offramp.score(hypothesis)
-        return score if self.per_token else weigh_by_length(score, speech_seconds)
+        return weigh_by_length(score, speech_seconds) if self.length_weighted else score
 
     def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
         if hypothesis is None:
@@ -143,7 +144,7 @@ class RoutingOptions:
             if intent is None:
                 raise ValueError("the intent policy needs the model's intent reader (MODEL/offramp: `pasu offramp train`)")
             # an intent is right or wrong whatever the length: not weighed by it
-            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent", per_token=True)
+            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent", length_weighted=False)
         return AllOffload() if self.policy == "all" else OnDevice()
 
     def token(self) -> str | None:

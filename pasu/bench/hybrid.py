@@ -61,6 +61,7 @@ def register(benches: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pasu.device.offramp_cli import collect_split
     from pasu.device.offramp_train import OFFRAMP_DIR, load_intent_offramp, load_offramps
+    from pasu.device.runtime import DeviceModel
     from pasu.models.data import dev_subset, load_split
 
     logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: no --cloud-model; the cloud hosts the device model ({args.model})", file=sys.stderr)
     offramp_folder = args.offramp or args.model / OFFRAMP_DIR
     bilstm, report = load_offramps(offramp_folder)
-    intent = load_intent_offramp(offramp_folder, args.model) if "intent" in report else None
+    intent = load_intent_offramp(offramp_folder, DeviceModel.from_folder(args.model)) if "intent" in report else None
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(args.model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
@@ -132,7 +133,7 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm),
                "ppl_late": Scorer("Late-PPL", ppl, late=True)}
     if intent is not None:  # an intent is right or wrong whatever the length: its score is not weighed by it
-        scorers["intent"] = Scorer("Ours-Intent", intent, per_token=True)
+        scorers["intent"] = Scorer("Ours-Intent", intent, length_weighted=False)
     for level in ("L", "M", "H"):
         for key, scorer in scorers.items():
             t = threshold(report, key, level)
@@ -141,7 +142,8 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
     scorers = [*scorers.values(),
                # the paper's per-hypothesis scores, to show what weighing by length changes
-               Scorer("Ours-PPL per token", ppl, per_token=True), Scorer("Ours-BiLSTM per token", bilstm, per_token=True)]
+               Scorer("Ours-PPL per token", ppl, length_weighted=False),
+               Scorer("Ours-BiLSTM per token", bilstm, length_weighted=False)]
     t5 = table5(samples, calls, scorers, on_device, all_offload)
     checks = target_checks(t5, {o.design: o for o in designs}, all_offload)
     return {"designs": [asdict(o) for o in designs], "naive_line": [asdict(o) for o in naive_line],

@@ -142,10 +142,10 @@ class Scorer:
     name: str  # row label, e.g. "Ours-PPL"
     offramp: Offramp
     late: bool = False
-    per_token: bool = False  # the paper's score, not weighed by the speech's length (routing.OfframpPolicy)
+    length_weighted: bool = True  # False: the score as it is (routing.OfframpPolicy)
 
     def policy(self, threshold: float) -> OfframpPolicy:
-        return OfframpPolicy(self.offramp, threshold, self.name, self.late, self.per_token)
+        return OfframpPolicy(self.offramp, threshold, self.name, self.late, self.length_weighted)
 
 
 def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers: Sequence[Scorer],

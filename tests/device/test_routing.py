@@ -31,8 +31,8 @@ def test_offramp_policy_weighs_the_score_by_the_speech_length():
     policy = OfframpPolicy(PerplexityOfframp(), threshold=2 * math.e)
     assert policy.score(doubtful, 4.0) == pytest.approx(4 * math.e)
     assert policy.decide(doubtful, 4.0).offload and not policy.decide(doubtful, 1.0).offload
-    per_token = OfframpPolicy(PerplexityOfframp(), threshold=2.0, per_token=True)
-    assert per_token.decide(doubtful, 1.0).offload and per_token.decide(doubtful, 4.0).offload
+    as_is = OfframpPolicy(PerplexityOfframp(), threshold=2.0, length_weighted=False)
+    assert as_is.decide(doubtful, 1.0).offload and as_is.decide(doubtful, 4.0).offload
 
 
 def test_a_policy_without_a_hypothesis_offloads():
