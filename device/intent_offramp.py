@@ -3,7 +3,7 @@
 The SLU model emits the intent first and the words after it. When the words it has heard so far read as
 another command to a classifier trained on the training sentences, its intent is likely wrong, and wrong
 intents are what the cloud fixes and what perplexity ranks worst (it scores words, most of which are right).
-The classifier is TF-IDF over word uni- and bigrams + logistic regression (scikit-learn), about 3 MB.
+The classifier is TF-IDF over word uni- and bigrams + logistic regression (scikit-learn), under 1 MB on disk.
 It is stored as arrays and a vocabulary, not pickled: loading a model folder runs no code.
 """
 
@@ -27,7 +27,7 @@ READER_FILES = ("intent_reader.json", "intent_reader.npz")
 @dataclass(frozen=True)
 class ReaderOptions:
     ngram_max: int = 2  # word n-grams up to this length
-    min_df: int = 2  # n-grams in fewer training sentences are dropped (a third of the file, same accuracy)
+    min_df: int = 2  # n-grams in fewer training sentences are dropped (7k terms instead of 23k)
     c: float = 10.0  # inverse strength of the logistic regression's L2 penalty
     max_iter: int = 2000  # the solver's iterations
 
