@@ -76,7 +76,7 @@ def test_the_lm_picks_from_whispers_nbest_list(whisper, lights_off):
 
 @needs_espeak
 def test_the_shipped_cloud_pools_whisper_and_its_second_opinion(whisper, lights_off):
-    assert whisper.second is not None and "+device@" in whisper.model_id
+    assert whisper.second is not None and "+baseline_conformer@" in whisper.model_id  # whisper.yaml: second_opinion
     opinion = whisper.second.listen(lights_off)
     nbest = whisper.nbest(lights_off)
     pooled = whisper.pool(nbest, opinion.texts)
