@@ -18,6 +18,7 @@ from pasu.metrics import word_edits
 
 if TYPE_CHECKING:
     from pasu.device.intent_offramp import IntentReader
+    from pasu.device.runtime import DeviceModel
 
 DEFAULT_CORPUS = "data/corpus-full"
 
@@ -63,12 +64,13 @@ def run_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
-    samples = collect_split(args.model, args.corpus, args.split, utterances, args.cache or out / f"replays-{args.split}.jsonl")
+    model = DeviceModel.from_folder(args.model)  # replays the split, and reads pilots' tokens for the intent check
+    samples = collect_split(model, args.corpus, args.split, utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances) if args.cloud_model else None
     options = OfframpTrainOptions()
     options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs))
     reader = fit_intent_reader(args.corpus)
-    intent = IntentAgreementOfframp(reader, DeviceModel.from_folder(args.model).read)  # reads pilots' tokens
+    intent = IntentAgreementOfframp(reader, model.read)
     bilstm, report = fit_offramps(samples, options, cloud_edits, intent)
     reader.save(out)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
@@ -83,13 +85,11 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def collect_split(model_folder: Path, corpus: Path, split: str, utterances: Sequence[Utterance], cache: Path) -> list:
+def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequence[Utterance], cache: Path) -> list:
     """Replays of `utterances` by the device model, from the cache when it holds exactly these."""
     from pasu.device.agent import AgentOptions
     from pasu.device.offramp_data import cache_key, collect, load_or_collect
-    from pasu.device.runtime import DeviceModel
 
-    model = DeviceModel.from_folder(model_folder)
     options = AgentOptions()
     key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options)
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))

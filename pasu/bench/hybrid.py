@@ -16,7 +16,7 @@ import logging
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,6 +33,9 @@ from pasu.bench.hybrid_eval import (
     target_checks,
 )
 from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_text
+
+if TYPE_CHECKING:
+    from pasu.device.routing import Offramp
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: no --cloud-model; the cloud hosts the device model ({args.model})", file=sys.stderr)
     offramp_folder = args.offramp or args.model / OFFRAMP_DIR
     bilstm, report = load_offramps(offramp_folder)
-    intent = load_intent_offramp(offramp_folder, DeviceModel.from_folder(args.model)) if "intent" in report else None
+    model = DeviceModel.from_folder(args.model)
+    intent = load_intent_offramp(offramp_folder, model) if "intent" in report else None
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
-    samples = collect_split(args.model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
+    samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     calls, proxies = offload_all(cloud_model, utterances, samples, profiles, args.deadline, args.seed)
     results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "split": args.split,
@@ -121,7 +125,7 @@ def offload_all(cloud_model: Path, utterances: list, samples: list, profiles: li
 
 
 def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report: dict[str, Any],
-                     intent: Any = None) -> dict[str, Any]:
+                     intent: Offramp | None = None) -> dict[str, Any]:
     """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network."""
     from pasu.device.offramp_train import threshold
     from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
