@@ -46,6 +46,7 @@ from pasu.cloud.validation import (
     decode_audio,
     lenient_parser,
     parsed,
+    received_seconds,
 )
 from pasu.models.recognizer import Recognition, Recognizer, TextIntentPass
 from pasu.models.text_intent import TextIntentClassifier
@@ -119,7 +120,8 @@ class SpeechUnderstandingService(slu_pb2_grpc.SpeechUnderstandingServicer):
                     check_duration(received, width, self.limits)  # stop a runaway stream early
                     if config.send_acks:
                         yield slu_pb2.StreamResponse(ack=slu_pb2.StreamAck(
-                            received_bytes=received, received_seconds=received / width / self.limits.sample_rate))
+                            received_bytes=received, received_seconds=received_seconds(config.encoding, received,
+                                                                                      self.limits)))
             if config is None:
                 raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "empty stream: no StreamConfig")
             waveform = decode_audio(config.encoding, config.sample_rate, b"".join(chunks), self.limits)

@@ -65,6 +65,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                      help="offloading policy when there is a cloud (routing.policy; default ppl)")
     run.add_argument("--threshold", type=float, default=None,
                      help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.7)")
+    run.add_argument("--encoding", choices=("pcm16", "flac", "opus"), default=None,
+                     help="how the waveform is uploaded (routing.encoding; opus for slow uplinks)")
     run.add_argument("--timeline", type=Path, default=None, help="write the event timeline as JSON")
     run.add_argument("--plot", type=Path, default=None, help="draw the timeline as a PNG")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -88,7 +90,8 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     config = load_config(args.config)
     pilot = replace(config.agent.pilot, **_given(enabled=args.pilots, interval_seconds=args.tau))
     cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
-    routing = replace(config.routing, **_given(cloud=cloud, policy=args.policy, threshold=args.threshold))
+    routing = replace(config.routing, **_given(cloud=cloud, policy=args.policy, threshold=args.threshold,
+                                                encoding=args.encoding))
     return replace(config, agent=replace(config.agent, pilot=pilot), routing=routing)
 
 
@@ -150,7 +153,8 @@ def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
     intent = None
     if routing.policy == "intent":
         intent = load_intent_offramp(model_folder / OFFRAMP_DIR, model)
-    return routing.make_policy(intent), CloudClient(routing.cloud, token=token or routing.token())
+    return routing.make_policy(intent), CloudClient(routing.cloud, token=token or routing.token(),
+                                                  encoding=routing.encoding)
 
 
 def _until_end_of_speech(audio):

@@ -66,7 +66,8 @@ def run_train(args: argparse.Namespace) -> int:
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
     model = DeviceModel.from_folder(args.model)  # replays the split, and reads pilots' tokens for the intent check
     samples = collect_split(model, args.corpus, args.split, utterances, args.cache or out / f"replays-{args.split}.jsonl")
-    cloud_edits = cloud_word_edits(args.cloud_model, utterances) if args.cloud_model else None
+    cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
+        if args.cloud_model else None
     options = OfframpTrainOptions()
     options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs))
     reader = fit_intent_reader(args.corpus)
@@ -104,16 +105,23 @@ def fit_intent_reader(corpus: Path) -> IntentReader:
     return IntentReader.fit(list(sentences), list(sentences.values()))
 
 
-def cloud_word_edits(folder: Path, utterances: Sequence[Utterance]) -> list[int]:
-    """Word edits of the cloud model's transcripts (decoded here, offline: accuracy needs no network)."""
+def cloud_word_edits(folder: Path, utterances: Sequence[Utterance], cache: Path) -> list[int]:
+    """Word edits of the cloud model's transcripts (decoded here, offline: accuracy needs no network), from
+    `cache` when it holds these utterances decoded by the same cloud weights."""
     from pasu.models.recognizer import load_recognizer
 
     recognizer = load_recognizer(folder)
+    key = {"cloud": recognizer.model_id, "ids": [u.id for u in utterances]}
+    if cache.is_file() and (cached := json.loads(cache.read_text()))["key"] == key:
+        print(f"cloud decode: {len(utterances)} transcripts from {cache}", file=sys.stderr)
+        return cached["edits"]
     progress = progress_printer("cloud decode")
     edits = []
     for i, utt in enumerate(utterances):
         edits.append(word_edits(utt.text, recognizer.recognize_batch([read_audio(utt.audio)])[0].text))
         progress(i + 1, len(utterances))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"key": key, "edits": edits}))
     return edits
 
 

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 OFFRAMP_DIR = "offramp"  # inside the packaged model folder
 THRESHOLDS = "offramp.json"
+# Units of the thresholds in offramp.json; older reports are refused, as their thresholds would mean something
+# else to the policy. 1: per hypothesis; 2: PPL and BiLSTM weighed by speech seconds; 3: the intent check too.
+CALIBRATION_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
                  cloud_edits: Sequence[int] | None = None,
                  intent: IntentAgreementOfframp | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
     """The BiLSTM fitted on every sample, and the report with the offramps' calibrated thresholds (with
-    `intent`, the intent-agreement offramp's too: an intent is right or wrong whatever the length, so its
-    scores are not weighed by length)."""
+    `intent`, the intent-agreement offramp's too); every score is weighed by the speech's length."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
@@ -114,7 +116,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     bilstm = train(sequences, labels, options.bilstm)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
     report = {
-        "samples": len(kept), "bad_share": float(labels.mean()), "length_weighted": True,
+        "samples": len(kept), "bad_share": float(labels.mean()), "calibration_version": CALIBRATION_VERSION,
         "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm),
                    **calibrate("BiLSTM", weigh_by_length(oof, seconds), kept, options.levels, cloud_edits)},
         "ppl": calibrate("PPL", weigh_by_length(ppl_scores(kept), seconds), kept, options.levels, cloud_edits),
@@ -123,7 +125,8 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
                               options.levels, cloud_edits),
     }
     if intent is not None:
-        report["intent"] = calibrate("Intent agreement", intent_scores(intent, kept), kept, options.levels, cloud_edits)
+        report["intent"] = calibrate("Intent agreement", weigh_by_length(intent_scores(intent, kept), seconds), kept,
+                                     options.levels, cloud_edits)
     return bilstm, report
 
 
@@ -150,9 +153,9 @@ def load_thresholds(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: no {THRESHOLDS}; run `pasu offramp train` first")
     report = json.loads(path.read_text())
-    if not report.get("length_weighted"):  # its thresholds are in other units than the policy's scores
-        raise ValueError(f"{path}: calibrated on scores not weighed by length (an older PASU); "
-                         "run `pasu offramp train` again")
+    if report.get("calibration_version", 1) < CALIBRATION_VERSION:  # thresholds in other units than the policy's
+        raise ValueError(f"{path}: calibrated by an older PASU, whose scores were not all weighed by the speech's "
+                         "length; run `pasu offramp train` again")
     return report
 
 

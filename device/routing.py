@@ -21,6 +21,7 @@ from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
+from pasu.device.cloud_client import Encoding
 from pasu.device.decoding.search import Hypothesis
 
 ScoreLike = TypeVar("ScoreLike", float, np.ndarray)  # one score, or many at once (calibration, benchmarks)
@@ -131,10 +132,13 @@ class RoutingOptions:
     # ppl: the last pilot's perplexity times the speech's seconds above which the utterance is offloaded (about
     # the shipped device model's calibrated Offload-M threshold)
     threshold: float = 3.7
-    # intent: 1 - P(the last pilot's intent | its words) above which the utterance is offloaded (the model's
-    # intent reader, MODEL/offramp; about the shipped device model's calibrated Offload-M threshold)
-    intent_threshold: float = 0.51
+    # intent: 1 - P(the last pilot's intent | its words) times the speech's seconds above which the utterance is
+    # offloaded (the model's intent reader, MODEL/offramp; about the shipped device model's calibrated Offload-M)
+    intent_threshold: float = 0.91
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
+    # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/8: for slow
+    # uplinks; costs some accuracy and tens of ms of encoding)
+    encoding: Encoding = "pcm16"
 
     def make_policy(self, intent: Offramp | None = None) -> Policy:
         """The policy object `policy` names; `intent`: the model's intent-agreement offramp, for "intent"."""
@@ -143,8 +147,7 @@ class RoutingOptions:
         if self.policy == "intent":
             if intent is None:
                 raise ValueError("the intent policy needs the model's intent reader (MODEL/offramp: `pasu offramp train`)")
-            # an intent is right or wrong whatever the length: not weighed by it
-            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent", length_weighted=False)
+            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
         return AllOffload() if self.policy == "all" else OnDevice()
 
     def token(self) -> str | None:

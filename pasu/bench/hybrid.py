@@ -55,6 +55,9 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--utterances", type=int, default=200, help="a fixed random subset of this many (0: all)")
     parser.add_argument("--profiles", default="wifi,5g,poor", help="network profiles of pasu.netproxy, comma-separated")
     parser.add_argument("--deadline", type=float, default=2.0, help="cloud deadline per utterance (s), as the agent's")
+    parser.add_argument("--encoding", default="pcm16",
+                        help="upload encoding (pcm16, flac, opus) for every profile, or per profile: poor=opus,wifi=pcm16 "
+                             "(unnamed profiles: pcm16)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
     parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")
@@ -80,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
-    calls, proxies = offload_all(cloud_model, utterances, samples, profiles, args.deadline, args.seed)
+    encodings = upload_encodings(args.encoding, profiles)
+    calls, proxies = offload_all(cloud_model, utterances, samples, encodings, args.deadline, args.seed)
     results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "split": args.split,
                "utterances": len(samples), "network_emulation": EMULATION, "profiles": {}}
     print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
@@ -98,9 +102,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def offload_all(cloud_model: Path, utterances: list, samples: list, profiles: list[str], deadline: float,
+def upload_encodings(spec: str, profiles: list[str]) -> dict[str, str]:
+    """{profile: encoding} from "opus" (every profile) or "poor=opus,5g=flac" (the rest: pcm16)."""
+    choices = ("pcm16", "flac", "opus")
+    if "=" not in spec:
+        pairs = {p: spec.strip() for p in profiles}
+    else:
+        pairs = {p: "pcm16" for p in profiles}
+        for item in filter(None, (x.strip() for x in spec.split(","))):
+            profile, _, encoding = item.partition("=")
+            if profile.strip() not in profiles:
+                raise SystemExit(f"--encoding names profile {profile.strip()!r}, not one of --profiles {','.join(profiles)}")
+            pairs[profile.strip()] = encoding.strip()
+    for encoding in pairs.values():
+        if encoding not in choices:
+            raise SystemExit(f"--encoding: {encoding!r} is not one of {', '.join(choices)}")
+    return pairs
+
+
+def offload_all(cloud_model: Path, utterances: list, samples: list, encodings: dict[str, str], deadline: float,
                 seed: int) -> tuple[dict[str, list[CloudCall]], dict[str, dict[str, Any]]]:
-    """Every utterance offloaded once per profile to a real server on loopback, through the network proxy."""
+    """Every utterance offloaded once per profile ({profile: upload encoding}) to a real server on loopback,
+    through the network proxy."""
     from pasu.cloud.config import ServerConfig
     from pasu.cloud.server import ServerThread
     from pasu.device.audio import SAMPLE_RATE
@@ -113,14 +136,14 @@ def offload_all(cloud_model: Path, utterances: list, samples: list, profiles: li
     audio = {u.id: read_audio(u.audio) for u in utterances}
     calls, proxies = {}, {}
     with ServerThread(load_recognizer(cloud_model), ServerConfig(port=0, metrics_port=None)) as server:
-        for profile in profiles:
+        for profile, encoding in encodings.items():
             with NetworkProxy(f"127.0.0.1:{server.port}", profile, seed=seed) as proxy, \
-                    CloudClient(proxy.address, deadline_s=deadline) as client:
+                    CloudClient(proxy.address, deadline_s=deadline, encoding=encoding) as client:
                 first = samples[0]  # warm-up: the agent's channel is set up once, not per utterance
                 client.understand(audio[first.id], SAMPLE_RATE, first.id)
                 understand = lambda s: client.understand(audio[s.id], SAMPLE_RATE, s.id)
                 calls[profile] = measure_cloud(understand, samples, progress_printer(f"cloud via {profile}"))
-                proxies[profile] = {**asdict(proxy.profile), "stats": asdict(proxy.stats)}
+                proxies[profile] = {**asdict(proxy.profile), "stats": asdict(proxy.stats), "encoding": encoding}
     return calls, proxies
 
 
@@ -136,8 +159,8 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     designs = [on_device, all_offload]
     scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm),
                "ppl_late": Scorer("Late-PPL", ppl, late=True)}
-    if intent is not None:  # an intent is right or wrong whatever the length: its score is not weighed by it
-        scorers["intent"] = Scorer("Ours-Intent", intent, length_weighted=False)
+    if intent is not None:
+        scorers["intent"] = Scorer("Ours-Intent", intent)
     for level in ("L", "M", "H"):
         for key, scorer in scorers.items():
             t = threshold(report, key, level)
@@ -160,7 +183,7 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
 
 def print_profile(profile: str, result: dict[str, Any]) -> None:
     cloud = result["cloud_latency"]
-    print(f"\n=== network {profile}: cloud round trip mean {1000 * cloud['mean']:.0f} ms, "
+    print(f"\n=== network {profile} ({result['proxy']['encoding']} upload): cloud round trip mean {1000 * cloud['mean']:.0f} ms, "
           f"p90 {1000 * cloud['p90']:.0f} ms, {result['cloud_failures']} failed ===")
     print("Fig. 4 (designs; Ours-*-L/M/H thresholds calibrated on dev for 25/47/63% offload):")
     print(designs_table([Outcome(**o) for o in result["designs"]]))

@@ -67,10 +67,12 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
         sf.write(path, support.waveform(seconds, seed=i), 16000, subtype="PCM_16")
         utterances.append(Utterance(f"u{i}", path, seconds, "", REF.text, REF.intent, ()))
     samples = collect(device, utterances)
-    calls, proxies = offload_all(support.write_model_folder(tmp_path / "cloud"), utterances, samples, ["wifi"],
-                                 deadline=10.0, seed=0)
-    assert [c.ok for c in calls["wifi"]] == [True, True]
+    calls, proxies = offload_all(support.write_model_folder(tmp_path / "cloud"), utterances, samples,
+                                 {"wifi": "pcm16", "5g": "opus"}, deadline=10.0, seed=0)
+    assert [c.ok for c in calls["wifi"]] == [True, True] and [c.ok for c in calls["5g"]] == [True, True]
     assert proxies["wifi"]["rtt_ms"] == 10 and proxies["wifi"]["stats"]["bytes_up"] > 2.8 * 16000 * 2
+    assert proxies["5g"]["encoding"] == "opus"
+    assert proxies["5g"]["stats"]["bytes_up"] < proxies["wifi"]["stats"]["bytes_up"] / 3  # noise compresses least
     reader = IntentReader.fit([REF.text, WRONG.text, "set an alarm", "play some music"],
                               [REF.intent, WRONG.intent, REF.intent, WRONG.intent], ReaderOptions(min_df=1))
     intent = IntentAgreementOfframp(reader, device.read)

@@ -81,6 +81,26 @@ def test_streaming_round_trip_with_acks(support, start_server, stub_for):
     assert final.result.transcript == stub.Understand(support.request(1.0), timeout=10).transcript
 
 
+def test_flac_stream_answers_as_the_same_audio_in_linear16(support, start_server, stub_for):
+    """A compressed file may be cut anywhere into chunks; acks count its bytes (seconds are known once decoded)."""
+    import io
+
+    import soundfile
+
+    stub = stub_for(start_server())
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.frombuffer(support.pcm16(1.0), "<i2"), 16000, format="FLAC", subtype="PCM_16")
+    flac = buffer.getvalue()
+    messages = [slu_pb2.StreamRequest(config=slu_pb2.StreamConfig(encoding=slu_pb2.FLAC, sample_rate=16000,
+                                                                  send_acks=True)),
+                *(slu_pb2.StreamRequest(audio=flac[i : i + 1000]) for i in range(0, len(flac), 1000)),
+                slu_pb2.StreamRequest(end=slu_pb2.EndOfAudio())]
+    replies = list(stub.StreamingUnderstand(iter(messages), timeout=10))
+    acks = [r.ack for r in replies if r.WhichOneof("response") == "ack"]
+    assert acks[-1].received_bytes == len(flac) and {a.received_seconds for a in acks} == {0.0}
+    assert replies[-1].result.transcript == stub.Understand(support.request(1.0), timeout=10).transcript
+
+
 def test_stream_half_close_without_end_marker_still_answers(support, start_server, stub_for):
     server = start_server()
     messages = [slu_pb2.StreamRequest(config=slu_pb2.StreamConfig(encoding=slu_pb2.LINEAR16, sample_rate=16000)),

@@ -156,7 +156,7 @@ def test_missing_and_invalid_fields(support, start_server, stub_for):
     stub = stub_for(start_server())
     cases = [
         (lambda: stub.Understand(slu_pb2.UnderstandRequest(metadata=slu_pb2.UtteranceMetadata(utterance_id="u")),
-                                 timeout=10), "encoding must be LINEAR16 or FLOAT32"),
+                                 timeout=10), "encoding must be LINEAR16, FLOAT32, FLAC or OGG_OPUS"),
         (lambda: stub.Understand(slu_pb2.UnderstandRequest(
             audio=slu_pb2.Audio(encoding=slu_pb2.LINEAR16, data=support.pcm16(0.5))), timeout=10),
          "sample_rate 0 Hz"),

@@ -39,10 +39,11 @@ def test_yaml_then_flags(parser, agent_yaml):
 
     config = config_from_args(parser.parse_args(
         ["device", "run", "--audio", "x.wav", "--config", str(agent_yaml),
-         "--pilots", "--tau", "0.5", "--cloud", "b:2,c:3", "--policy", "ppl"]))
+         "--pilots", "--tau", "0.5", "--cloud", "b:2,c:3", "--policy", "ppl", "--encoding", "opus"]))
     pilot, routing = config.agent.pilot, config.routing
     assert (pilot.enabled, pilot.interval_seconds) == (True, 0.5)  # flags win
-    assert (routing.cloud, routing.policy, routing.threshold) == (("b:2", "c:3"), "ppl", 5.0)  # the rest stays
+    assert (routing.cloud, routing.policy, routing.encoding) == (("b:2", "c:3"), "ppl", "opus")
+    assert routing.threshold == 5.0  # the rest stays
     assert pilot.search == DeviceConfig().agent.pilot.search
 
     config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--no-pilots"]))
@@ -105,5 +106,5 @@ def test_the_intent_policy_reads_the_models_intent_reader(parser, tmp_path, caps
     assert "pasu offramp train" in capsys.readouterr().err
     IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],
                      ReaderOptions(min_df=1)).save(model / "offramp")
-    # scores lie in [0, 1]: above -1 always (offload, then fall back), above 2 never (local)
-    assert (route(-1.0), route(2.0)) == ("fallback", "local")
+    # scores lie in [0, 1] x 2.5 s: above -1 always (offload, then fall back), above 3 never (local)
+    assert (route(-1.0), route(3.0)) == ("fallback", "local")

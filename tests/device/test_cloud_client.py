@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
 import time
 
 import numpy as np
 import pytest
+import soundfile
 from pasu.cloud.config import ServerConfig, TlsConfig
 from pasu.cloud.server import ServerThread
 from pasu.device.cloud_client import (
@@ -200,6 +202,37 @@ def test_encode_audio():
     assert np.frombuffer(encode_audio(ints)[1], "<i2").tolist() == [1, -2, 3]  # int16 passes through
     with pytest.raises(ValueError):
         encode_audio(np.zeros((2, 10)))
+
+
+@pytest.mark.parametrize("name, wire, container", [("flac", slu_pb2.FLAC, "FLAC"), ("opus", slu_pb2.OGG_OPUS, "OGG")])
+def test_compressed_encodings_are_smaller_files_of_the_same_audio(name, wire, container):
+    wave = np.sin(np.arange(16000) * 0.05).astype(np.float32) * 0.3  # a tone: compressible, as speech is
+    encoding, data = encode_audio(wave, name, 16000)
+    assert encoding == wire and len(data) < len(encode_audio(wave)[1]) / 2
+    decoded, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    assert soundfile.info(io.BytesIO(data)).format == container and rate == 16000 and len(decoded) == len(wave)
+    pcm = np.frombuffer(encode_audio(wave)[1], "<i2") / 32768.0
+    tolerance = 0 if name == "flac" else 0.1  # flac is lossless; opus only close
+    assert np.abs(decoded - pcm).max() <= tolerance + 1e-9
+
+
+def test_a_rate_opus_cannot_code_falls_back_rejected_without_a_call():
+    with CloudClient(f"127.0.0.1:{_free_port()}", deadline_s=1, encoding="opus") as client:
+        outcome = client.understand(support.waveform(0.5), 22050)
+    assert outcome.fallback is FallbackReason.REJECTED and outcome.attempts == 0 and "22050" in outcome.detail
+
+
+def test_compressed_uploads_are_understood_flac_exactly_as_pcm(start_server):
+    recognizer = support.tiny_recognizer()
+    server = start_server(recognizer)
+    wave = support.waveform(1.0)
+    answers = {}
+    for name in ("pcm16", "flac", "opus"):
+        with CloudClient(f"127.0.0.1:{server.port}", deadline_s=10, encoding=name) as client:
+            outcome = client.understand(wave, 16000)
+        assert outcome.ok, outcome.detail
+        answers[name] = outcome.cloud.result
+    assert answers["flac"] == answers["pcm16"]  # lossless: the model saw the same samples
 
 
 def test_channel_target():

@@ -51,7 +51,7 @@ def test_words_that_read_as_another_command_score_higher():
 
 
 def test_calibrated_beside_the_other_offramps():
-    """Its thresholds sit in the same report, for the same offload levels, its scores not weighed by length."""
+    """Its thresholds sit in the same report, for the same offload levels, on scores weighed by length."""
     texts = list(SENTENCES)
     samples, readings = [], {}
     for i in range(30):
@@ -66,5 +66,5 @@ def test_calibrated_beside_the_other_offramps():
     assert report["intent"]["selectivity"]["roc_auc"] > 0.9  # it finds the utterances whose words disagree
     levels = report["intent"]["levels"]
     assert levels["L"]["threshold"] >= levels["M"]["threshold"] >= levels["H"]["threshold"]
-    scores = np.array([offramp.score(s.early.hypothesis()) for s in samples])
+    scores = np.array([offramp.score(s.early.hypothesis()) * s.duration for s in samples])
     assert np.mean(scores > levels["M"]["threshold"]) == pytest.approx(levels["M"]["offload_ratio"])

@@ -46,6 +46,7 @@ def test_the_intent_policy_needs_the_models_intent_reader():
 
     with pytest.raises(ValueError, match="pasu offramp train"):
         RoutingOptions(policy="intent").make_policy()
-    policy = RoutingOptions(policy="intent", intent_threshold=0.5).make_policy(Disagreeing())
+    policy = RoutingOptions(policy="intent", intent_threshold=1.5).make_policy(Disagreeing())
     pilot = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
-    assert policy.decide(pilot, 1.0).offload and policy.decide(pilot, 10.0).offload  # length does not matter
+    # weighed by length like the other offramps: 0.9 x 2 s goes, 0.9 x 1 s stays
+    assert policy.decide(pilot, 2.0).offload and not policy.decide(pilot, 1.0).offload

@@ -1,0 +1,39 @@
+"""pasu offramp train's cloud decode: cached per cloud weights and utterances, since it is the slow part."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import soundfile
+from pasu.device.offramp_cli import cloud_word_edits
+from pasu.models.data import Utterance
+
+import pasu_tests_cloud_support  # loaded by tests/conftest.py
+
+support = pasu_tests_cloud_support
+
+
+def _utterances(folder, n: int) -> list[Utterance]:
+    utterances = []
+    for i in range(n):
+        path = folder / f"u{i}.flac"
+        soundfile.write(path, support.waveform(0.6, seed=i), 16000)
+        utterances.append(Utterance(f"u{i}", path, 0.6, "", "turn the lights on", "iot_hue_lighton", ()))
+    return utterances
+
+
+def test_cloud_edits_are_decoded_once_then_read_from_the_cache(tmp_path):
+    cloud = support.write_model_folder(tmp_path / "cloud")
+    utterances = _utterances(tmp_path, 3)
+    cache = tmp_path / "offramp" / "cloud-dev.json"
+    edits = cloud_word_edits(cloud, utterances, cache)
+    assert len(edits) == 3 and all(e >= 0 for e in edits)  # an untrained model: whatever it says, counted
+    stored = json.loads(cache.read_text())
+    assert stored["edits"] == edits and stored["key"]["ids"] == ["u0", "u1", "u2"]
+    stored["edits"] = [101, 102, 103]  # what the cache holds is what a second run returns, without decoding
+    cache.write_text(json.dumps(stored))
+    assert cloud_word_edits(cloud, utterances, cache) == [101, 102, 103]
+    # other utterances: decoded again, not taken from a cache made for others
+    assert cloud_word_edits(cloud, utterances[:2], cache) == edits[:2]
+    assert np.array_equal(json.loads(cache.read_text())["key"]["ids"], ["u0", "u1"])
