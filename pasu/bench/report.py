@@ -184,7 +184,12 @@ def _hybrid_section(data: dict[str, Any], out_dir: Path, source: Path) -> list[s
         table = {t: {d: Outcome(**o) if o else None for d, o in row.items()} for t, row in result["table5"].items()}
         name = f"offload_{profile}.png"
         plot_fig4(designs, naive, out_dir / name, f"{data['split']}, {data['utterances']} utterances, {profile}")
-        lines += [f"### Network {profile} (Fig. 4)", "", "```", designs_table(designs), "```", "",
+        upload = result.get("proxy", {}).get("encoding", "pcm16")  # runs before uploads could be compressed: pcm16
+        cloud = result["cloud_latency"]
+        lines += [f"### Network {profile} (Fig. 4)", "",
+                  f"Uploads as {upload}; cloud round trip mean {1000 * cloud['mean']:.0f} ms, p90 "
+                  f"{1000 * cloud['p90']:.0f} ms; {result['cloud_failures']} of {data['utterances']} calls failed.", "",
+                  "```", designs_table(designs), "```", "",
                   "Table 5:", "", "```", table5_text(table), "```", "", "Targets:", "", "```",
                   checks_text([(c["check"], c["ok"]) for c in result["checks"]]), "```", "", f"![{name}]({name})", ""]
     return lines
