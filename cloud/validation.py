@@ -2,7 +2,8 @@
 
 Everything here runs before a request costs model time, and nothing here trusts the client: a message that
 does not parse, an unknown encoding, a wrong rate, a partial sample, NaN, a peak far outside [-1, 1], a
-compressed file that does not decode, audio too short or too long, an oversized id all end the call with INVALID_ARGUMENT or OUT_OF_RANGE and a message
+compressed file that does not decode, audio too short or too long, an oversized id all end the call with
+INVALID_ARGUMENT or OUT_OF_RANGE and a message
 that says what is wrong. Messages go to the client and the logs, so they never quote audio, transcripts or
 ids back.
 """

@@ -56,7 +56,7 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--profiles", default="wifi,5g,poor", help="network profiles of pasu.netproxy, comma-separated")
     parser.add_argument("--deadline", type=float, default=2.0, help="cloud deadline per utterance (s), as the agent's")
     parser.add_argument("--encoding", default="pcm16",
-                        help="upload encoding (pcm16, flac, opus) for every profile, or per profile: poor=opus,wifi=pcm16 "
+                        help="upload encoding (pcm16, float32, flac, opus) for every profile, or per profile: poor=opus,wifi=pcm16 "
                              "(unnamed profiles: pcm16)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
@@ -104,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
 
 def upload_encodings(spec: str, profiles: list[str]) -> dict[str, str]:
     """{profile: encoding} from "opus" (every profile) or "poor=opus,5g=flac" (the rest: pcm16)."""
-    choices = ("pcm16", "flac", "opus")
+    from typing import get_args
+
+    from pasu.device.cloud_client import Encoding
+
+    choices = get_args(Encoding)
     if "=" not in spec:
         pairs = {p: spec.strip() for p in profiles}
     else:
