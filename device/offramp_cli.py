@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--cache", type=Path, help="replay cache (default: OUT/replays-SPLIT.jsonl)")
     train.add_argument("--cloud-model", type=Path,
                        help="cloud model folder: decode the split with it to calibrate WER targets as well")
+    train.add_argument("--fit-all", action="store_true",
+                       help="fit the BiLSTM on every utterance of the split (replayed and cached once), not only on "
+                            "the --limit subset the thresholds are calibrated on and the cloud decodes")
     train.add_argument("--epochs", type=int, default=60, help="BiLSTM training epochs")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
@@ -72,7 +75,11 @@ def run_train(args: argparse.Namespace) -> int:
     options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs))
     reader = fit_intent_reader(args.corpus)
     intent = IntentAgreementOfframp(reader, model.read)
-    bilstm, report = fit_offramps(samples, options, cloud_edits, intent)
+    fit_samples = None
+    if args.fit_all:  # more examples for the network; the cloud still decodes only the calibration subset
+        everything = load_split(args.corpus, args.split)
+        fit_samples = collect_split(model, args.corpus, args.split, everything, out / f"replays-{args.split}-all.jsonl")
+    bilstm, report = fit_offramps(samples, options, cloud_edits, intent, fit_samples)
     reader.save(out)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})

@@ -104,20 +104,23 @@ def intent_scores(offramp: IntentAgreementOfframp, samples: Sequence[OfframpSamp
 
 
 def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions = OfframpTrainOptions(),
-                 cloud_edits: Sequence[int] | None = None,
-                 intent: IntentAgreementOfframp | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
-    """The BiLSTM fitted on every sample, and the report with the offramps' calibrated thresholds (with
-    `intent`, the intent-agreement offramp's too); every score is weighed by the speech's length."""
+                 cloud_edits: Sequence[int] | None = None, intent: IntentAgreementOfframp | None = None,
+                 fit_samples: Sequence[OfframpSample] | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
+    """The BiLSTM fitted on `fit_samples` (default: `samples`, which it must include), and the report with the
+    offramps' thresholds calibrated on `samples` (with `intent`, the intent-agreement offramp's too); every
+    score is weighed by the speech's length."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
-    sequences, labels = training_set(kept)
-    oof = out_of_fold_scores(sequences, labels, options)
+    fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
+    sequences, labels = training_set(fit)
+    oof = _calibration_scores(out_of_fold_scores(sequences, labels, options), fit, kept)
     bilstm = train(sequences, labels, options.bilstm)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
     report = {
-        "samples": len(kept), "bad_share": float(labels.mean()), "calibration_version": CALIBRATION_VERSION,
-        "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm),
+        "samples": len(kept), "bad_share": float(np.mean([s.bad for s in kept])),
+        "calibration_version": CALIBRATION_VERSION,
+        "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm), "fitted_on": len(fit),
                    **calibrate("BiLSTM", weigh_by_length(oof, seconds), kept, options.levels, cloud_edits)},
         "ppl": calibrate("PPL", weigh_by_length(ppl_scores(kept), seconds), kept, options.levels, cloud_edits),
         # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
@@ -128,6 +131,16 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         report["intent"] = calibrate("Intent agreement", weigh_by_length(intent_scores(intent, kept), seconds), kept,
                                      options.levels, cloud_edits)
     return bilstm, report
+
+
+def _calibration_scores(oof: np.ndarray, fit: Sequence[OfframpSample], kept: Sequence[OfframpSample]) -> np.ndarray:
+    """The out-of-fold scores of the calibration samples, which must be among the fitted ones."""
+    index = {s.id: i for i, s in enumerate(fit)}
+    missing = [s.id for s in kept if s.id not in index]
+    if missing:
+        raise ValueError(f"{len(missing)} calibration utterances (e.g. {missing[0]}) are not among the BiLSTM's "
+                         "training utterances, so they have no out-of-fold score")
+    return oof[[index[s.id] for s in kept]]
 
 
 def save_offramps(folder: str | Path, bilstm: BiLstmOfframp, report: dict[str, Any]) -> Path:

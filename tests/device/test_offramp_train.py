@@ -78,3 +78,18 @@ def test_a_report_from_before_length_weighting_is_refused(tmp_path):
     save_offramps(tmp_path / "offramp", bilstm, report)
     with pytest.raises(ValueError, match="pasu offramp train"):
         load_offramps(tmp_path / "offramp")
+
+
+def test_the_bilstm_can_learn_from_more_utterances_than_are_calibrated_on():
+    """Fitted on 90 replays, calibrated on 30 of them with their out-of-fold scores (the cloud decoded only those)."""
+    everything = split(90, seed=2)
+    calibration = everything[::3]
+    options = OfframpTrainOptions(bilstm=TrainOptions(epochs=10), folds=3)
+    _, report = fit_offramps(calibration, options, [0] * 30, fit_samples=everything)
+    assert report["samples"] == 30 and report["bilstm"]["fitted_on"] == 90
+    assert report["bilstm"]["levels"]["M"]["offload_ratio"] == pytest.approx(0.47, abs=0.04)
+    assert report["bilstm"]["selectivity"]["roc_auc"] > 0.9
+    strangers = split(6, seed=3)  # ids u0..u5 with other features: not the ones fitted
+    with pytest.raises(ValueError, match="not among the BiLSTM's training utterances"):
+        fit_offramps([dataclasses.replace(s, id=f"x{i}") for i, s in enumerate(strangers)], options,
+                     fit_samples=everything)
