@@ -106,7 +106,7 @@ def intent_scores(offramp: IntentAgreementOfframp, samples: Sequence[OfframpSamp
 def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions = OfframpTrainOptions(),
                  cloud_edits: Sequence[int] | None = None, intent: IntentAgreementOfframp | None = None,
                  fit_samples: Sequence[OfframpSample] | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
-    """The BiLSTM fitted on `fit_samples` (default: `samples`, which it must include), and the report with the
+    """The BiLSTM fitted on `fit_samples` (default: `samples`; it must include them), and the report with the
     offramps' thresholds calibrated on `samples` (with `intent`, the intent-agreement offramp's too); every
     score is weighed by the speech's length."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
