@@ -17,10 +17,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pasu.settings import REPO_ROOT, shipped_model
+
+if TYPE_CHECKING:
+    from pasu.device.routing import Policy
+    from pasu.device.runtime import DeviceModel
 
 SAMPLES = REPO_ROOT / "pasu" / "corpus" / "samples" / "slurp" / "test.jsonl"
 
@@ -30,9 +35,12 @@ class DemoOptions:
     utterances: int = 8  # sample commands to run
     hard_every: int = 2  # every n-th utterance gets heavy noise (0 dB SNR): the ones to offload
     voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
-    # the last pilot's perplexity times the speech's seconds above which the device offloads (routing.OfframpPolicy);
-    # None: the model's calibrated Offload-M threshold (MODEL/offramp/offramp.json, `pasu offramp train`), the
-    # agent's default for a model without one
+    # the offramp: "intent" (the intent check, the best at Offload-M in `pasu bench hybrid`) or "ppl" (the last
+    # pilot's perplexity); a model without an intent reader (MODEL/offramp) falls back to ppl
+    policy: str = "intent"
+    # its score times the speech's seconds above which the device offloads (routing.OfframpPolicy); None: the
+    # model's calibrated Offload-M threshold (MODEL/offramp/offramp.json, `pasu offramp train`), the agent's
+    # default for a model without one
     threshold: float | None = None
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     seed: int = 0  # noise
@@ -47,8 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cloud model folder (default: the shipped cloud model; the device model if none)")
     p.add_argument("--utterances", type=int, default=DemoOptions.utterances,
                    help=f"sample commands to run (default {DemoOptions.utterances})")
+    p.add_argument("--policy", choices=("intent", "ppl"), default=DemoOptions.policy,
+                   help=f"offramp deciding what goes to the cloud (default {DemoOptions.policy})")
     p.add_argument("--threshold", type=float, default=DemoOptions.threshold,
-                   help="PPL offload threshold (default: the model's calibrated Offload-M threshold)")
+                   help="offload threshold in the offramp's units (default: the model's calibrated Offload-M)")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)
@@ -57,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from pasu.models.recognizer import is_model_folder
 
-    options = DemoOptions(utterances=args.utterances, threshold=args.threshold, realtime=not args.fast)
+    options = DemoOptions(utterances=args.utterances, policy=args.policy, threshold=args.threshold,
+                          realtime=not args.fast)
     for folder in (args.model,):
         if not (folder / "config.yaml").is_file():
             print(f"error: no model at {folder}", file=sys.stderr)
@@ -156,15 +167,34 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 
 
 # ---- the device ------------------------------------------------------------------------------------------
-def offload_threshold(model_dir: Path) -> float:
-    """The model's calibrated Offload-M threshold (PPL x seconds), or the agent's default when it has none."""
+def offload_threshold(model_dir: Path, offramp: str = "ppl") -> float:
+    """The model's calibrated Offload-M threshold of `offramp` ("ppl" or "intent", score x seconds), or the
+    agent's default when it has none."""
     from pasu.device.offramp_train import OFFRAMP_DIR, load_thresholds, threshold
     from pasu.device.routing import RoutingOptions
 
     try:
-        return threshold(load_thresholds(Path(model_dir) / OFFRAMP_DIR), "ppl", "M")
+        return threshold(load_thresholds(Path(model_dir) / OFFRAMP_DIR), offramp, "M")
     except FileNotFoundError:
-        return RoutingOptions().threshold
+        defaults = RoutingOptions()
+        return defaults.intent_threshold if offramp == "intent" else defaults.threshold
+
+
+def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Policy:
+    """The policy the demo plays: `options.policy` at its threshold; perplexity when the model has no intent reader."""
+    from pasu.device.offramp_train import OFFRAMP_DIR, load_intent_offramp
+    from pasu.device.routing import RoutingOptions
+
+    offramp, intent = options.policy, None
+    if offramp == "intent":
+        try:
+            intent = load_intent_offramp(Path(model_dir) / OFFRAMP_DIR, model)
+        except FileNotFoundError:
+            print("note: the model has no intent reader (`pasu offramp train`); offloading by perplexity",
+                  file=sys.stderr)
+            offramp = "ppl"
+    limit = options.threshold if options.threshold is not None else offload_threshold(model_dir, offramp)
+    return RoutingOptions(policy=offramp, threshold=limit, intent_threshold=limit).make_policy(intent)
 
 
 def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoOptions) -> list[dict]:
@@ -173,12 +203,10 @@ def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoO
     from pasu.device.agent import AgentOptions, DeviceAgent, play_realtime, replay
     from pasu.device.audio import load_audio
     from pasu.device.cloud_client import CloudClient
-    from pasu.device.routing import OfframpPolicy, PerplexityOfframp
     from pasu.device.runtime import DeviceModel
 
     model = DeviceModel.from_folder(model_dir)
-    threshold = options.threshold if options.threshold is not None else offload_threshold(model_dir)
-    policy = OfframpPolicy(PerplexityOfframp(), threshold)
+    policy = demo_policy(model, model_dir, options)
     rows = []
     with CloudClient(address, deadline_s=5.0) as cloud:
         agent = DeviceAgent(model, AgentOptions(), policy, cloud)
