@@ -3,9 +3,8 @@
 Everything here runs before a request costs model time, and nothing here trusts the client: a message that
 does not parse, an unknown encoding, a wrong rate, a partial sample, NaN, a peak far outside [-1, 1], a
 compressed file that does not decode, audio too short or too long, an oversized id all end the call with
-INVALID_ARGUMENT or OUT_OF_RANGE and a message
-that says what is wrong. Messages go to the client and the logs, so they never quote audio, transcripts or
-ids back.
+INVALID_ARGUMENT or OUT_OF_RANGE and a message that says what is wrong. Messages go to the client and the
+logs, so they never quote audio, transcripts or ids back.
 """
 
 from __future__ import annotations
@@ -101,15 +100,11 @@ def check_format(encoding: int, sample_rate: int, limits: AudioLimits) -> int:
     if encoding not in SAMPLE_WIDTH and encoding not in COMPRESSED:
         raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
                          "audio encoding must be LINEAR16, FLOAT32, FLAC or OGG_OPUS")
-    _check_rate(sample_rate, limits)
-    return SAMPLE_WIDTH.get(encoding, COMPRESSED_BOUND_WIDTH)
-
-
-def _check_rate(sample_rate: int, limits: AudioLimits) -> None:
     if sample_rate != limits.sample_rate:
         raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
                          f"sample_rate {sample_rate} Hz is not supported: the model expects {limits.sample_rate} Hz "
                          "(resample on the device)")
+    return SAMPLE_WIDTH.get(encoding, COMPRESSED_BOUND_WIDTH)
 
 
 def check_duration(num_bytes: int, width: int, limits: AudioLimits) -> None:

@@ -147,15 +147,12 @@ def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
              model_folder: Path) -> tuple[Policy | None, CloudClient | None]:
     """The offloading policy and cloud client (None, None without a cloud); `token` overrides the token file."""
     from pasu.device.cloud_client import CloudClient
-    from pasu.device.offramp_train import OFFRAMP_DIR, load_intent_offramp
+    from pasu.device.offramp_train import model_policy
 
     if not routing.cloud:
         return None, None
-    intent = None
-    if routing.policy == "intent":
-        intent = load_intent_offramp(model_folder / OFFRAMP_DIR, model)
-    return routing.make_policy(intent), CloudClient(routing.cloud, token=token or routing.token(),
-                                                  encoding=routing.encoding)
+    return model_policy(routing, model, model_folder), CloudClient(routing.cloud, token=token or routing.token(),
+                                                                   encoding=routing.encoding)
 
 
 def _until_end_of_speech(audio):

@@ -38,6 +38,7 @@ from pasu.device.routing import PerplexityOfframp, weigh_by_length
 from sklearn.model_selection import KFold, StratifiedKFold
 
 if TYPE_CHECKING:
+    from pasu.device.routing import Policy, RoutingOptions
     from pasu.device.runtime import DeviceModel
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,13 @@ def load_offramps(folder: str | Path) -> tuple[BiLstmOfframp, dict[str, Any]]:
 def load_intent_offramp(folder: str | Path, model: DeviceModel) -> IntentAgreementOfframp:
     """The intent-agreement offramp of an offramp folder, reading hypotheses with the device model's tokenizer."""
     return IntentAgreementOfframp(IntentReader.load(folder), model.read)
+
+
+def model_policy(routing: RoutingOptions, model: DeviceModel, model_folder: str | Path) -> Policy:
+    """`routing`'s policy for a packaged model: the intent policy reads the model's intent reader (MODEL/offramp;
+    FileNotFoundError without one)."""
+    intent = load_intent_offramp(Path(model_folder) / OFFRAMP_DIR, model) if routing.policy == "intent" else None
+    return routing.make_policy(intent)
 
 
 def load_thresholds(folder: str | Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
@@ -149,6 +149,15 @@ class RoutingOptions:
                 raise ValueError("the intent policy needs the model's intent reader (MODEL/offramp: `pasu offramp train`)")
             return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
         return AllOffload() if self.policy == "all" else OnDevice()
+
+    @property
+    def policy_threshold(self) -> float:
+        """The threshold the named policy compares with: intent_threshold for intent, threshold otherwise."""
+        return self.intent_threshold if self.policy == "intent" else self.threshold
+
+    def with_policy_threshold(self, value: float) -> RoutingOptions:
+        """These options with the named policy's threshold set to `value`."""
+        return replace(self, **{"intent_threshold" if self.policy == "intent" else "threshold": value})
 
     def token(self) -> str | None:
         """The bearer token read from `token_file` (tokens are never written in the YAML itself)."""

@@ -176,25 +176,24 @@ def offload_threshold(model_dir: Path, offramp: str = "ppl") -> float:
     try:
         return threshold(load_thresholds(Path(model_dir) / OFFRAMP_DIR), offramp, "M")
     except FileNotFoundError:
-        defaults = RoutingOptions()
-        return defaults.intent_threshold if offramp == "intent" else defaults.threshold
+        return RoutingOptions(policy=offramp).policy_threshold
 
 
 def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Policy:
     """The policy the demo plays: `options.policy` at its threshold; perplexity when the model has no intent reader."""
-    from pasu.device.offramp_train import OFFRAMP_DIR, load_intent_offramp
+    from pasu.device.offramp_train import model_policy
     from pasu.device.routing import RoutingOptions
 
-    offramp, intent = options.policy, None
-    if offramp == "intent":
-        try:
-            intent = load_intent_offramp(Path(model_dir) / OFFRAMP_DIR, model)
-        except FileNotFoundError:
-            print("note: the model has no intent reader (`pasu offramp train`); offloading by perplexity",
-                  file=sys.stderr)
-            offramp = "ppl"
-    limit = options.threshold if options.threshold is not None else offload_threshold(model_dir, offramp)
-    return RoutingOptions(policy=offramp, threshold=limit, intent_threshold=limit).make_policy(intent)
+    def policy(offramp: str) -> Policy:
+        limit = options.threshold if options.threshold is not None else offload_threshold(model_dir, offramp)
+        return model_policy(RoutingOptions(policy=offramp).with_policy_threshold(limit), model, model_dir)
+
+    try:
+        return policy(options.policy)
+    except FileNotFoundError:  # only the intent policy reads a file
+        print("note: the model has no intent reader (`pasu offramp train`); offloading by perplexity",
+              file=sys.stderr)
+        return policy("ppl")
 
 
 def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoOptions) -> list[dict]:
