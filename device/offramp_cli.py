@@ -89,8 +89,26 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"{name}: {json.dumps(report[name]['selectivity'])}")
         for level, cal in report[name]["levels"].items():
             print(f"  Offload-{level}: threshold {cal['threshold']:.4g} -> offload {cal['offload_ratio']:.1%}")
+    if "yardsticks" in report:
+        print("\n".join(wer_target_table(report)))
     print(f"wrote {out}")
     return 0
+
+
+def wer_target_table(report: dict) -> list[str]:
+    """The split's Table 5: the offload each ranking needs for each WER target, and that as a multiple of
+    NaiveHybrid's; the oracles (`yardsticks`) show how much room the offramps leave."""
+    naive = report["yardsticks"]["NaiveHybrid"]
+    rows = {name: {t: cal and cal["offload_ratio"] for t, cal in report[name]["wer_targets"].items()}
+            for name in ("ppl", "bilstm", "intent") if name in report}
+    rows.update({name: row for name, row in report["yardsticks"].items() if name != "NaiveHybrid"})
+    lines = ["offload needed for each WER target on these utterances (x NaiveHybrid's):",
+             f"  {'WER target':13s}" + "".join(f"{t:>16s}" for t in naive),
+             f"  {'NaiveHybrid':13s}" + "".join(f"{p:>16.1%}" if p is not None else f"{'-':>16s}" for p in naive.values())]
+    for name, row in rows.items():
+        cells = [f"{r:.1%} ({r / naive[t]:.2f}x)" if r is not None and naive[t] else "-" for t, r in row.items()]
+        lines.append(f"  {name:13s}" + "".join(f"{c:>16s}" for c in cells))
+    return lines
 
 
 def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequence[Utterance], cache: Path) -> list:

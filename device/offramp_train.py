@@ -28,6 +28,7 @@ from pasu.device.calibration import (
     Calibration,
     for_ratio,
     for_wer,
+    naive_probability,
     offload_curve,
     selectivity,
     wer_targets,
@@ -131,7 +132,28 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     if intent is not None:
         report["intent"] = calibrate("Intent agreement", weigh_by_length(intent_scores(intent, kept), seconds), kept,
                                      options.levels, cloud_edits)
+    if cloud_edits is not None:
+        report["yardsticks"] = yardsticks(kept, cloud_edits)
     return bilstm, report
+
+
+def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int]) -> dict[str, dict[str, float | None]]:
+    """{ranking: {WER target: offload ratio}} for rankings no offramp has, to judge the offramps by: NaiveHybrid
+    (random), a perfect classifier of the BiLSTM's label weighed by length as the offramps are (how much the label
+    itself tells: a network's soft scores can rank a little better), and one that knows both answers' word edits
+    (the floor)."""
+    local, cloud = np.array([s.local_edits for s in samples], float), np.asarray(cloud_edits, float)
+    words = np.array([s.ref_words for s in samples], float)
+    order = np.arange(len(samples)) * 1e-9  # breaks ties, so that no group of equal scores must go together
+    rankings = {"label_oracle": weigh_by_length(np.array([s.bad for s in samples], float),
+                                                np.array([s.duration for s in samples])) - order,
+                "gain_oracle": local - cloud - order}
+    targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())
+    table = {"NaiveHybrid": {f"{t:g}": naive_probability(local.sum(), cloud.sum(), words.sum(), t) for t in targets}}
+    for name, scores in rankings.items():
+        curve = offload_curve(scores, local, cloud, words)
+        table[name] = {f"{t:g}": c.offload_ratio if (c := for_wer(curve, t)) else None for t in targets}
+    return table
 
 
 def _calibration_scores(oof: np.ndarray, fit: Sequence[OfframpSample], kept: Sequence[OfframpSample]) -> np.ndarray:

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import soundfile
-from pasu.device.offramp_cli import cloud_word_edits
+from pasu.device.offramp_cli import cloud_word_edits, wer_target_table
 from pasu.models.data import Utterance
 
 import pasu_tests_cloud_support  # loaded by tests/conftest.py
@@ -37,3 +37,12 @@ def test_cloud_edits_are_decoded_once_then_read_from_the_cache(tmp_path):
     # other utterances: decoded again, not taken from a cache made for others
     assert cloud_word_edits(cloud, utterances[:2], cache) == edits[:2]
     assert np.array_equal(json.loads(cache.read_text())["key"]["ids"], ["u0", "u1"])
+
+
+def test_the_wer_target_table_shows_each_ranking_against_naive_hybrid():
+    report = {"ppl": {"wer_targets": {"0.3": {"offload_ratio": 0.1}, "0.2": None}},
+              "yardsticks": {"NaiveHybrid": {"0.3": 0.25, "0.2": 0.5}, "gain_oracle": {"0.3": 0.05, "0.2": 0.1}}}
+    header, targets, naive, ppl, oracle = wer_target_table(report)
+    assert targets.split()[-2:] == ["0.3", "0.2"] and naive.split()[-2:] == ["25.0%", "50.0%"]
+    assert ppl.split() == ["ppl", "10.0%", "(0.40x)", "-"]  # None: the target was out of reach
+    assert oracle.split() == ["gain_oracle", "5.0%", "(0.20x)", "10.0%", "(0.20x)"]

@@ -14,6 +14,7 @@ from pasu.device.offramp_train import (
     load_offramps,
     save_offramps,
     threshold,
+    yardsticks,
 )
 from pasu.device.routing import OfframpPolicy, PerplexityOfframp
 
@@ -93,3 +94,15 @@ def test_the_bilstm_can_learn_from_more_utterances_than_are_calibrated_on():
     with pytest.raises(ValueError, match="not among the BiLSTM's training utterances"):
         fit_offramps([dataclasses.replace(s, id=f"x{i}") for i, s in enumerate(strangers)], options,
                      fit_samples=everything)
+
+
+def test_yardsticks_price_random_and_oracle_offloading():
+    """Local WER 0.4, all in the bad half, the cloud perfect: each fifth of the gain costs 6 of 60 utterances to an
+    oracle, 12 to NaiveHybrid."""
+    samples = split()
+    table = yardsticks(samples, [0] * 60)
+    assert list(table["NaiveHybrid"].values()) == pytest.approx([0.2, 0.4, 0.6, 0.8])
+    for oracle in ("label_oracle", "gain_oracle"):
+        assert list(table[oracle].values()) == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60)
+    assert report["yardsticks"] == table
