@@ -73,10 +73,9 @@ class OfframpSample:
     def local_wer(self) -> float:
         return utterance_wer(self.reference.text, self.local.text)
 
-    @property
-    def bad(self) -> bool:
-        """The offramp's training label: local WER above BAD_WER."""
-        return self.local_wer > BAD_WER
+    def bad(self, bad_wer: float = BAD_WER) -> bool:
+        """The BiLSTM offramp's training label: local WER above `bad_wer`."""
+        return self.local_wer > bad_wer
 
 
 class _Probe:

@@ -34,7 +34,7 @@ from pasu.device.calibration import (
     wer_targets,
 )
 from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader
-from pasu.device.offramp_data import OfframpSample
+from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.routing import PerplexityOfframp, weigh_by_length
 from sklearn.model_selection import KFold, StratifiedKFold
 
@@ -83,9 +83,10 @@ def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options:
 
 
 def calibrate(name: str, scores: np.ndarray, samples: Sequence[OfframpSample], levels: Sequence[tuple[str, float]],
-              cloud_edits: Sequence[int] | None) -> dict[str, Any]:
-    """Thresholds for each offload level and, with cloud edits, for WER targets between device and cloud."""
-    labels = [s.bad for s in samples]
+              cloud_edits: Sequence[int] | None, bad_wer: float = BAD_WER) -> dict[str, Any]:
+    """Thresholds for each offload level and, with cloud edits, for WER targets between device and cloud; the
+    selectivity is how well the scores rank local WER above `bad_wer`."""
+    labels = [s.bad(bad_wer) for s in samples]
     local = [s.local_edits for s in samples]
     words = [s.ref_words for s in samples]
     curve = offload_curve(scores, local, cloud_edits, words) if cloud_edits is not None else offload_curve(scores)
@@ -115,29 +116,33 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
     fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
-    sequences, labels = training_set(fit)
+    bad_wer = options.bilstm.bad_wer
+    sequences, labels = training_set(fit, bad_wer)
     oof = _calibration_scores(out_of_fold_scores(sequences, labels, options), fit, kept)
     bilstm = train(sequences, labels, options.bilstm)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
+
+    def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
+        return calibrate(name, weigh_by_length(scores, seconds), kept, options.levels, cloud_edits, bad_wer)
+
     report = {
-        "samples": len(kept), "bad_share": float(np.mean([s.bad for s in kept])),
+        "samples": len(kept), "bad_share": float(np.mean([s.bad(bad_wer) for s in kept])),
         "calibration_version": CALIBRATION_VERSION,
         "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm), "fitted_on": len(fit),
-                   **calibrate("BiLSTM", weigh_by_length(oof, seconds), kept, options.levels, cloud_edits)},
-        "ppl": calibrate("PPL", weigh_by_length(ppl_scores(kept), seconds), kept, options.levels, cloud_edits),
+                   **calibrated("BiLSTM", oof)},
+        "ppl": calibrated("PPL", ppl_scores(kept)),
         # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
-        "ppl_late": calibrate("PPL (full decode)", weigh_by_length(ppl_scores(kept, late=True), seconds), kept,
-                              options.levels, cloud_edits),
+        "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, late=True)),
     }
     if intent is not None:
-        report["intent"] = calibrate("Intent agreement", weigh_by_length(intent_scores(intent, kept), seconds), kept,
-                                     options.levels, cloud_edits)
+        report["intent"] = calibrated("Intent agreement", intent_scores(intent, kept))
     if cloud_edits is not None:
-        report["yardsticks"] = yardsticks(kept, cloud_edits)
+        report["yardsticks"] = yardsticks(kept, cloud_edits, bad_wer)
     return bilstm, report
 
 
-def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int]) -> dict[str, dict[str, float | None]]:
+def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],
+               bad_wer: float = BAD_WER) -> dict[str, dict[str, float | None]]:
     """{ranking: {WER target: offload ratio}} for rankings no offramp has, to judge the offramps by: NaiveHybrid
     (random), a perfect classifier of the BiLSTM's label weighed by length as the offramps are (how much the label
     itself tells: a network's soft scores can rank a little better), and one that knows both answers' word edits
@@ -145,7 +150,7 @@ def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int]) -> 
     local, cloud = np.array([s.local_edits for s in samples], float), np.asarray(cloud_edits, float)
     words = np.array([s.ref_words for s in samples], float)
     order = np.arange(len(samples)) * 1e-9  # breaks ties, so that no group of equal scores must go together
-    rankings = {"label_oracle": weigh_by_length(np.array([s.bad for s in samples], float),
+    rankings = {"label_oracle": weigh_by_length(np.array([s.bad(bad_wer) for s in samples], float),
                                                 np.array([s.duration for s in samples])) - order,
                 "gain_oracle": local - cloud - order}
     targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())

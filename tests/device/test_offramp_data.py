@@ -35,7 +35,7 @@ def test_samples_hold_the_pilot_for_the_early_decision_and_the_full_decode_for_t
     assert short.decision_at <= short.local_latency + 1e-3
     audio = sf.read(tmp_path / "u0.flac", dtype="float32")[0]
     assert long.local.text == replay(tiny_model, audio, AgentOptions()).text
-    assert long.ref_words == 5 and long.local_edits >= 0 and long.bad == (long.local_wer > 0.1)
+    assert long.ref_words == 5 and long.local_edits >= 0 and long.bad() == (long.local_wer > 0.1)
 
 
 def test_the_cache_round_trips_and_is_ignored_for_another_key(tiny_model, speech_like, tmp_path):

@@ -106,3 +106,15 @@ def test_yardsticks_price_random_and_oracle_offloading():
         assert list(table[oracle].values()) == pytest.approx([0.1, 0.2, 0.3, 0.4])
     _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60)
     assert report["yardsticks"] == table
+
+
+def test_the_bilstm_label_bar_is_a_training_option():
+    """One error in five words (WER 0.2) is wrong under the paper's bar 0.1, right under 0.5."""
+    near = SluResult("set an alarm for eight", "alarm_set")
+    samples = [dataclasses.replace(s, local=near, local_edits=1) if i % 4 == 0 else s for i, s in enumerate(split())]
+    shares = {}
+    for bar in (0.1, 0.5):
+        _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2, bad_wer=bar), folds=3))
+        shares[bar] = report["bad_share"]
+        assert report["bilstm"]["train"]["bad_wer"] == bar
+    assert shares == {0.1: 0.75, 0.5: 0.5}
