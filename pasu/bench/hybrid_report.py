@@ -46,6 +46,17 @@ def table5_text(table: dict[str, dict[str, Outcome | None]]) -> str:
     return "\n".join(lines)
 
 
+def yardsticks_text(sticks: dict) -> str:
+    """Table 5's yardsticks: the offload% that rankings no offramp has need for each WER target."""
+    names = {"NaiveHybrid": "NaiveHybrid (random)",
+             "label_oracle": f"oracle of WER>{sticks['bad_wer']:g}",  # the BiLSTM's label, known, weighed by length
+             "gain_oracle": "oracle of the gain"}  # knows both answers' word edits
+    lines = [f"{'  yardsticks, offload%:':<24}" + "".join(f"{'WER<=' + t:>28}" for t in sticks["NaiveHybrid"])]
+    for key, name in names.items():
+        lines.append(f"  {name:<22}" + "".join(f"{_pct(r):>12}{'':>16}" for r in sticks[key].values()))
+    return "\n".join(lines)
+
+
 def checks_text(checks: Sequence[tuple[str, bool | None]]) -> str:
     mark = {True: "PASS", False: "FAIL", None: "n/a "}
     return "\n".join(f"  [{mark[ok]}] {text}" for text, ok in checks)

@@ -14,6 +14,7 @@ from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
 from pasu.models.data import Utterance
 
 from pasu.bench.hybrid import evaluate_profile, offload_all
+from pasu.bench.hybrid_report import yardsticks_text
 from pasu.bench.hybrid_eval import CloudCall, combine, table5
 from pasu.metrics import SluResult
 import pasu_tests_cloud_support  # loaded by tests/conftest.py
@@ -85,3 +86,6 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     assert any(c["check"].startswith("Ours-Intent-M: intent accuracy") for c in result["checks"])
     assert len(result["naive_line"]) == 11 and result["cloud_failures"] == 0
     assert json.loads(json.dumps(result))["checks"] == result["checks"]  # what `pasu bench hybrid` writes
+    sticks = result["yardsticks"]  # offload the oracles need, beside Table 5
+    assert sticks["bad_wer"] == 0.1 and {"NaiveHybrid", "label_oracle", "gain_oracle"} <= sticks.keys()
+    assert "oracle of WER>0.1" in yardsticks_text(sticks)
