@@ -32,7 +32,7 @@ from pasu.bench.hybrid_eval import (
     table5,
     target_checks,
 )
-from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_text, yardsticks_text
+from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
 
 if TYPE_CHECKING:
     from pasu.device.routing import Offramp
@@ -195,11 +195,9 @@ def print_profile(profile: str, result: dict[str, Any]) -> None:
           f"p90 {1000 * cloud['p90']:.0f} ms, {result['cloud_failures']} failed ===")
     print("Fig. 4 (designs; Ours-*-L/M/H thresholds calibrated on dev for 25/47/63% offload):")
     print(designs_table([Outcome(**o) for o in result["designs"]]))
-    table = {t: {d: Outcome(**o) if o else None for d, o in row.items()} for t, row in result["table5"].items()}
     print("\nTable 5 (least offloading meeting each WER target; thresholds and alpha tuned on these utterances; "
           "NaiveHybrid in expectation over its draws):")
-    print(table5_text(table))
-    print(yardsticks_text(result["yardsticks"]))
+    print(table5_block(result))
     print("\nTargets:")
     print(checks_text([(c["check"], c["ok"]) for c in result["checks"]]))
 

@@ -46,6 +46,13 @@ def table5_text(table: dict[str, dict[str, Outcome | None]]) -> str:
     return "\n".join(lines)
 
 
+def table5_block(result: dict) -> str:
+    """Table 5 of one network's result in hybrid.json, with its yardsticks (runs before them have none)."""
+    table = {t: {d: Outcome(**o) if o else None for d, o in row.items()} for t, row in result["table5"].items()}
+    sticks = result.get("yardsticks")
+    return table5_text(table) + ("\n" + yardsticks_text(sticks) if sticks else "")
+
+
 def yardsticks_text(sticks: dict) -> str:
     """Table 5's yardsticks: the offload% that rankings no offramp has need for each WER target."""
     names = {"NaiveHybrid": "NaiveHybrid (random)",

@@ -173,7 +173,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 def _hybrid_section(data: dict[str, Any], out_dir: Path, source: Path) -> list[str]:
     from pasu.bench.hybrid_eval import Outcome
-    from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_text
+    from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
 
     lines = ["## Hybrid offloading (`pasu bench hybrid`)", "",
              f"Source: `{source}`. Device model `{data['device_model']}`, cloud model `{data['cloud_model']}`, "
@@ -181,7 +181,6 @@ def _hybrid_section(data: dict[str, Any], out_dir: Path, source: Path) -> list[s
     for profile, result in data["profiles"].items():
         designs = [Outcome(**o) for o in result["designs"]]
         naive = [Outcome(**o) for o in result["naive_line"]]
-        table = {t: {d: Outcome(**o) if o else None for d, o in row.items()} for t, row in result["table5"].items()}
         name = f"offload_{profile}.png"
         plot_fig4(designs, naive, out_dir / name, f"{data['split']}, {data['utterances']} utterances, {profile}")
         upload = result.get("proxy", {}).get("encoding", "pcm16")  # runs before uploads could be compressed: pcm16
@@ -190,7 +189,7 @@ def _hybrid_section(data: dict[str, Any], out_dir: Path, source: Path) -> list[s
                   f"Uploads as {upload}; cloud round trip mean {1000 * cloud['mean']:.0f} ms, p90 "
                   f"{1000 * cloud['p90']:.0f} ms; {result['cloud_failures']} of {data['utterances']} calls failed.", "",
                   "```", designs_table(designs), "```", "",
-                  "Table 5:", "", "```", table5_text(table), "```", "", "Targets:", "", "```",
+                  "Table 5:", "", "```", table5_block(result), "```", "", "Targets:", "", "```",
                   checks_text([(c["check"], c["ok"]) for c in result["checks"]]), "```", "", f"![{name}]({name})", ""]
     return lines
 
