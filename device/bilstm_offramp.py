@@ -1,8 +1,9 @@
 """The learned offramp: a 1-layer BiLSTM over per-token [attention log-prob, CTC increment] (Wang & Lin, Sec. 6).
 
 Low-probability tokens in a run suggest the model lost the sentence, scattered ones mere acoustic noise; rather
-than hand-write such rules, a ~11k-parameter BiLSTM reads the sequence and predicts P(local WER > bar), the paper's bar 0.1. It is
-trained on dev-split replays (`pasu.device.offramp_data`) and scores a hypothesis through the `Offramp` protocol.
+than hand-write such rules, a ~11k-parameter BiLSTM reads the sequence and predicts P(local WER > a bar; the
+paper's is 0.1). It is trained on dev-split replays (`pasu.device.offramp_data`) and scores a hypothesis through
+the `Offramp` protocol.
 """
 
 from __future__ import annotations

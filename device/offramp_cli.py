@@ -108,7 +108,7 @@ def wer_target_table(report: dict) -> list[str]:
     rows.update({name: row for name, row in report["yardsticks"].items() if name != "NaiveHybrid"})
     lines = ["offload needed for each WER target on these utterances (x NaiveHybrid's):",
              f"  {'WER target':13s}" + "".join(f"{t:>16s}" for t in naive),
-             f"  {'NaiveHybrid':13s}" + "".join(f"{p:>16.1%}" if p is not None else f"{'-':>16s}" for p in naive.values())]
+             f"  {'NaiveHybrid':13s}" + "".join(f"{'-' if p is None else f'{p:.1%}':>16s}" for p in naive.values())]
     for name, row in rows.items():
         cells = [f"{r:.1%} ({r / naive[t]:.2f}x)" if r is not None and naive[t] else "-" for t, r in row.items()]
         lines.append(f"  {name:13s}" + "".join(f"{c:>16s}" for c in cells))
