@@ -32,6 +32,9 @@ class Recognition(SluResult):
     """One utterance's SLU result and how sure the model is of it."""
 
     confidence: float = 0.0  # in [0, 1]; EspnetRecognizer: 1 / perplexity of the decoder over the best hypothesis
+    # what the recognizer itself heard of the intent, for a text pass that re-reads the transcript: a weighted
+    # log-probability per intent, added to the text classifier's (TextIntentPass); (): nothing to add
+    intent_evidence: tuple[tuple[str, float], ...] = ()
 
 
 @runtime_checkable
@@ -187,14 +190,17 @@ def is_model_folder(folder: str | os.PathLike) -> bool:
 class TextIntentPass:
     """A recognizer whose intents come from a text classifier reading its transcripts (the cloud's second pass).
 
-    The rule: every non-empty transcript takes the classifier's intent; an empty one keeps the recognizer's
-    answer, there being nothing to read. The two are not weighed against each other: the recognizer's
-    confidence is a perplexity over the whole hypothesis, not a probability of its intent, while the
-    classifier (pretrained sentence encoder, 8k training sentences) is the more accurate intent reader on
-    text (84% on SLURP test gold transcripts, see its model card). Its answer's confidence is the product
-    of the recognizer's confidence and the classifier's probability: both the words and their reading must
-    be right. The transcript stays the recognizer's, and so do its slots; a recognizer that gives none
-    (Whisper writes words only) gets the classifier's slot tagger's, when its folder has one.
+    The rule: every non-empty transcript takes the intent with the highest log P(intent | words) under the
+    classifier plus the recognizer's own evidence on the intent (`Recognition.intent_evidence`, weighed by the
+    recognizer: the cloud's SLU model heard the audio, so it can hold on to the intent where the words came
+    out wrong); an empty transcript keeps the recognizer's answer, there being nothing to read. The
+    recognizer's intent itself is not weighed in: its confidence is a perplexity over the whole hypothesis,
+    not a probability of its intent, while the classifier (pretrained sentence encoder, 8k training
+    sentences) is the more accurate intent reader on text (84% on SLURP test gold transcripts, see its model
+    card). The answer's confidence is the product of the recognizer's confidence and the intent's posterior:
+    both the words and their reading must be right. The transcript stays the recognizer's, and so do its
+    slots; a recognizer that gives none (Whisper writes words only) gets the classifier's slot tagger's,
+    when its folder has one.
     """
 
     def __init__(self, inner: Recognizer, classifier: TextIntentClassifier):
@@ -206,16 +212,30 @@ class TextIntentPass:
     def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
         results = list(self.inner.recognize_batch(waveforms))
         readable = [i for i, r in enumerate(results) if r.text.strip()]
-        guesses = self.classifier.predict([results[i].text for i in readable])  # one batch for the encoder
-        for i, guess in zip(readable, guesses):
+        probabilities = self.classifier.probabilities([results[i].text for i in readable])  # one encoder batch
+        for i, p in zip(readable, probabilities):
             r = results[i]
-            results[i] = dataclasses.replace(r, intent=guess.intent, confidence=r.confidence * guess.probability)
+            posterior = self._posterior(p, dict(r.intent_evidence))
+            k = int(posterior.argmax())
+            results[i] = dataclasses.replace(r, intent=self.classifier.classes[k],
+                                             confidence=r.confidence * float(posterior[k]))
         tagger = self.classifier.slots
         untagged = [i for i in readable if not results[i].slots] if tagger is not None else []
         if untagged:
             for i, slots in zip(untagged, tagger.tag([results[i].text for i in untagged])):
                 results[i] = dataclasses.replace(results[i], slots=slots)
         return results
+
+    def _posterior(self, probabilities: np.ndarray, evidence: dict[str, float]) -> np.ndarray:
+        """The classifier's probabilities times exp(evidence), renormalized. An intent the recognizer gave no
+        evidence for, while it gave some for others, gets the least it gave: unheard, not ruled out."""
+        if not evidence:
+            return probabilities
+        floor = min(evidence.values())
+        added = np.array([evidence.get(c, floor) for c in self.classifier.classes])
+        scores = np.log(np.maximum(probabilities, 1e-30)) + added
+        scores = np.exp(scores - scores.max())
+        return scores / scores.sum()
 
 
 def banned_token_ids(token_list: Sequence[str], ban_slots_unknown: bool = True) -> list[int]:

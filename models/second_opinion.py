@@ -9,6 +9,11 @@ The SLU model's target is `intent [markup] words`, and a transcript from Whisper
 markup. It is scored as `intent SLOTS_UNKNOWN words`, the form training used for sentences without slot
 labels (models/targets.py), under each of the intents its own n-best proposes, keeping the best: every
 candidate, whichever list it came from, is scored the same way.
+
+Once a transcript is chosen, the SLU model also says which intent it hears in it (`intent_logprobs`): the same
+joint score under every intent it knows, normalized over them, i.e. log P(intent | audio, words). The text
+pass that reads the transcript adds this, weighed, to its own reading (see `TextIntentPass`): the SLU model
+heard the audio, so where the words came out wrong it may still know the intent.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class SecondOpinion:
 
         self.search = search(ban_slots_unknown=True)  # its own n-best: never emits SLOTS_UNKNOWN
         self.scorer = search(ban_slots_unknown=False)  # scores `intent SLOTS_UNKNOWN words`
+        self.intents = tuple(tokenizer.intents)  # every intent it can emit
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, beam_size: int = 10) -> SecondOpinion:
@@ -83,20 +89,32 @@ class SecondOpinion:
                 intents.append(slu.intent)
         return Opinion(texts, intents[:MAX_INTENTS], encoded)
 
-    @torch.inference_mode()
     def scores(self, opinion: Opinion, texts: list[str]) -> np.ndarray:
         """Joint CTC/attention log-probability of each transcript, best over the opinion's intents."""
-        out = np.full(len(texts), -np.inf)
-        if not opinion.intents or opinion.encoded.size(0) == 0:
-            return out
-        # token_scores takes equal-length sequences: one forced pass per length, not one per transcript
+        if not texts or not opinion.intents or opinion.encoded.size(0) == 0:
+            return np.full(len(texts), -np.inf)
+        joint = self._joint(opinion, [(intent, text) for text in texts for intent in opinion.intents])
+        return joint.reshape(len(texts), len(opinion.intents)).max(axis=1)
+
+    def intent_logprobs(self, opinion: Opinion, text: str) -> dict[str, float]:
+        """log P(intent | audio, words) for every intent it knows: the joint score of `text` under each intent,
+        normalized over them; {} when there is nothing to score."""
+        if not self.intents or opinion.encoded.size(0) == 0:
+            return {}
+        joint = self._joint(opinion, [(intent, text) for intent in self.intents])
+        return dict(zip(self.intents, (joint - np.logaddexp.reduce(joint)).tolist()))
+
+    @torch.inference_mode()
+    def _joint(self, opinion: Opinion, pairs: list[tuple[str, str]]) -> np.ndarray:
+        """Joint CTC/attention log-probability of `intent SLOTS_UNKNOWN words` for each (intent, words)."""
+        out = np.empty(len(pairs))
+        # token_scores takes equal-length sequences: one forced pass per length, not one per pair
         by_length: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
-        for i, text in enumerate(texts):
-            for intent in opinion.intents:
-                sequence = self.tokenizer.encode(f"{intent} {SLOTS_UNKNOWN} {text}")
-                by_length[len(sequence)].append((i, sequence))
+        for k, (intent, text) in enumerate(pairs):
+            sequence = self.tokenizer.encode(f"{intent} {SLOTS_UNKNOWN} {text}")
+            by_length[len(sequence)].append((k, sequence))
         for group in by_length.values():
             scored = self.scorer.token_scores(opinion.encoded, [s for _, s in group], self.options)
-            for (i, _), hypothesis in zip(group, scored):
-                out[i] = max(out[i], hypothesis.score)
+            for (k, _), hypothesis in zip(group, scored):
+                out[k] = hypothesis.score
         return out

@@ -27,7 +27,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,9 @@ class WhisperWeights:
     whisper_weight: float = 1.0
     second_opinion_weight: float = 1.0
     word_bonus: float = 0.0
+    # the second opinion's log P(intent | audio, chosen words), times this, is the intent evidence the answer
+    # carries for the text pass (`TextIntentPass` adds it to its own reading); 0: the text pass alone decides
+    intent_weight: float = 0.0
 
 
 def is_whisper_folder(folder: str | os.PathLike) -> bool:
@@ -118,6 +121,7 @@ class Hypothesis:
     text: str  # in the corpus's spoken form
     logprob: float  # Whisper's total log-probability of its tokens
     mean_logprob: float  # per token (Whisper's avg_logprob)
+    intent_evidence: dict[str, float] = field(default_factory=dict)  # weighted log-probability per intent
 
 
 class WhisperRecognizer:
@@ -167,7 +171,12 @@ class WhisperRecognizer:
         kept = [h for h in (self._decode_window(waveform[i:i + WINDOW_SAMPLES]) for i in starts) if h is not None]
         text = " ".join(h.text for h in kept if h.text)
         confidence = math.exp(float(np.mean([h.mean_logprob for h in kept]))) if kept else 0.0
-        return Recognition(text=text, intent="", slots=(), confidence=min(confidence, 1.0))
+        evidence: dict[str, float] = {}
+        for h in kept:  # windows are heard independently: their evidence adds up
+            for intent, value in h.intent_evidence.items():
+                evidence[intent] = evidence.get(intent, 0.0) + value
+        return Recognition(text=text, intent="", slots=(), confidence=min(confidence, 1.0),
+                           intent_evidence=tuple(evidence.items()))
 
     def _decode_window(self, window: np.ndarray) -> Hypothesis | None:
         """The best of the beam's hypotheses for up to 30 s of audio; None for a window Whisper calls silent."""
@@ -241,7 +250,10 @@ class WhisperRecognizer:
         total += w.word_bonus * np.array([len(t.split()) for t in texts])
         best = int(np.argmax(total))
         tokens = max(len(self.tokenizer.encode(" " + texts[best])), 1)
-        return Hypothesis(texts[best], float(whisper[best]), float(whisper[best]) / tokens)
+        evidence = {}
+        if w.intent_weight > 0:
+            evidence = {i: w.intent_weight * v for i, v in self.second.intent_logprobs(opinion, texts[best]).items()}
+        return Hypothesis(texts[best], float(whisper[best]), float(whisper[best]) / tokens, evidence)
 
     def _score(self, hypothesis: Hypothesis) -> float:
         if self.lm is None:

@@ -55,6 +55,20 @@ def test_a_transcript_scores_its_best_intent(second, lights_off):
     assert score == pytest.approx(max(each))
 
 
+@needs_espeak
+def test_it_reads_the_intent_it_hears_in_a_transcript(second, lights_off):
+    opinion = second.listen(lights_off)
+    logprobs = second.intent_logprobs(opinion, COMMAND)
+    assert set(logprobs) == set(second.tokenizer.intents)  # every intent it knows, not only its n-best's
+    assert np.logaddexp.reduce(list(logprobs.values())) == pytest.approx(0.0, abs=1e-6)  # a distribution
+    # each is the transcript's joint score under that intent, less the normalizer
+    sequences = [second.tokenizer.encode(f"{intent} {SLOTS_UNKNOWN} {COMMAND}") for intent in opinion.intents]
+    joint = [h.score for h in second.scorer.token_scores(opinion.encoded, sequences, second.options)]
+    offsets = [logprobs[intent] - score for intent, score in zip(opinion.intents, joint)]
+    assert offsets == pytest.approx([offsets[0]] * len(offsets), abs=1e-4)
+    assert max(logprobs, key=logprobs.get) == "iot_hue_lightoff"
+
+
 def test_a_model_trained_without_slots_unknown_is_refused():
     tokenizer = SimpleNamespace(token_list=["<blank>", "<unk>", "alarm_set", "wake", "<sos/eos>"])
     with pytest.raises(ValueError, match=SLOTS_UNKNOWN):

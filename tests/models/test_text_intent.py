@@ -172,6 +172,23 @@ def test_the_second_pass_takes_the_classifiers_intent_unless_the_transcript_is_e
     assert second.model_id == f"canned+{classifier.model_id}" and second.sample_rate == 16000
 
 
+def test_the_recognizers_intent_evidence_is_weighed_into_the_classifiers_reading(classifier):
+    text = "turn off the lights"
+    p = classifier.probabilities([text])[0]
+    lights, other = classifier.classes.index("iot_hue_lightoff"), classifier.classes[int(np.argsort(p)[-2])]
+    margin = float(np.log(p[lights] / p[classifier.classes.index(other)]))
+    heard = [Recognition(text=text, intent="", confidence=0.8,
+                         intent_evidence=((other, 0.0), ("iot_hue_lightoff", -margin + shift)))
+             for shift in (-1.0, 1.0)]
+    second = TextIntentPass(CannedRecognizer(heard), classifier)
+    swayed, held = second.recognize_batch([np.zeros(1600, np.float32)] * 2)
+    assert swayed.intent == other and held.intent == "iot_hue_lightoff"  # evidence wins only where it outweighs
+    # the posterior: p x exp(evidence), renormalized; unnamed intents get the least evidence given (here -margin-1)
+    floor = -margin - 1.0
+    weighted = p * np.exp([0.0 if c == other else floor for c in classifier.classes])
+    assert swayed.confidence == pytest.approx(0.8 * weighted.max() / weighted.sum(), rel=1e-5)
+
+
 # --- The command --------------------------------------------------------------------------------------------
 
 

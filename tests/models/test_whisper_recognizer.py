@@ -97,6 +97,19 @@ def test_the_shipped_cloud_pools_whisper_and_its_second_opinion(whisper, lights_
 
 
 @needs_espeak
+def test_the_answer_carries_the_second_opinions_intent_evidence_weighed(whisper, lights_off):
+    weighed = WhisperRecognizer(whisper.model, replace(whisper.weights, intent_weight=0.4), lm=whisper.lm,
+                                second=whisper.second)
+    [result] = weighed.recognize_batch([lights_off])
+    heard = whisper.second.intent_logprobs(whisper.second.listen(lights_off), result.text)
+    assert dict(result.intent_evidence) == pytest.approx({i: 0.4 * v for i, v in heard.items()})
+    off = WhisperRecognizer(whisper.model, replace(whisper.weights, intent_weight=0.0), lm=whisper.lm,
+                            second=whisper.second)
+    [silent] = off.recognize_batch([lights_off])
+    assert silent.intent_evidence == () and silent.text == result.text  # the words do not depend on it
+
+
+@needs_espeak
 def test_forced_scores_do_not_depend_on_batching(whisper, lights_off):
     texts = [h.text for h in whisper.nbest(lights_off)][:6]
     together = whisper.forced_logprobs(lights_off, texts)
