@@ -17,7 +17,7 @@ from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 from pasu.metrics import word_edits
 
 if TYPE_CHECKING:
-    from pasu.device.intent_offramp import IntentReader
+    from pasu.models.intent_reader import IntentReader
     from pasu.device.runtime import DeviceModel
 
 DEFAULT_CORPUS = "data/corpus-full"
@@ -127,7 +127,7 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
 
 def fit_intent_reader(corpus: Path) -> IntentReader:
     """The intent offramp's text classifier, on the training split's distinct sentences."""
-    from pasu.device.intent_offramp import IntentReader
+    from pasu.models.intent_reader import IntentReader
 
     sentences = {u.text: u.intent for u in load_split(corpus, "train")}
     print(f"intent reader: fitting on {len(sentences)} training sentences", flush=True)

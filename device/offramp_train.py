@@ -33,7 +33,8 @@ from pasu.device.calibration import (
     selectivity,
     wer_targets,
 )
-from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader
+from pasu.device.intent_offramp import IntentAgreementOfframp
+from pasu.models.intent_reader import IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.routing import PerplexityOfframp, weigh_by_length
 from sklearn.model_selection import KFold, StratifiedKFold

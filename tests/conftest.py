@@ -107,3 +107,27 @@ def _field_names(obj: object, prefix: str = ""):
         yield prefix + f.name
         if dataclasses.is_dataclass(value):
             yield from _field_names(value, f"{prefix}{f.name}.")
+
+
+# A dozen labelled commands: enough for a TF-IDF intent reader (models/intent_reader.py) to tell three intents.
+COMMANDS = {
+    "wake me up at seven": "alarm_set", "set an alarm for six am": "alarm_set", "alarm at nine please": "alarm_set",
+    "set an alarm for noon": "alarm_set", "play some jazz": "play_music", "play my rock playlist": "play_music",
+    "put on some music": "play_music", "play the new album": "play_music", "what is the weather today": "weather_query",
+    "will it rain tomorrow": "weather_query", "is it cold outside": "weather_query", "weather in paris": "weather_query",
+}
+
+
+@pytest.fixture
+def commands() -> dict[str, str]:
+    """COMMANDS: text -> intent, the first four alarm_set, the next four play_music."""
+    return dict(COMMANDS)
+
+
+@pytest.fixture
+def small_reader(commands):
+    """A TF-IDF intent reader fitted on `commands` (every n-gram kept: they are few)."""
+    from pasu.models.intent_reader import IntentReader, ReaderOptions
+
+    return IntentReader.fit(list(commands), list(commands.values()), ReaderOptions(min_df=1))
+

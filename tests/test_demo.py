@@ -18,7 +18,7 @@ def test_the_demo_offloads_at_the_models_calibrated_offload_m_threshold(tmp_path
 
 def test_the_demo_plays_the_intent_check_when_the_model_has_its_reader(tmp_path, capsys):
     from pasu.demo import DemoOptions, demo_policy
-    from pasu.device.intent_offramp import IntentReader, ReaderOptions
+    from pasu.models.intent_reader import IntentReader, ReaderOptions
     from pasu.device.routing import PerplexityOfframp
     from pasu.device.runtime import DeviceModel
 

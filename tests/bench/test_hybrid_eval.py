@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 from pasu.device.bilstm_offramp import TrainOptions
-from pasu.device.intent_offramp import IntentAgreementOfframp, IntentReader, ReaderOptions
+from pasu.device.intent_offramp import IntentAgreementOfframp
+from pasu.models.intent_reader import IntentReader, ReaderOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample, collect
 from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
 from pasu.models.data import Utterance

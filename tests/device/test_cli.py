@@ -85,7 +85,7 @@ def test_the_intent_policy_reads_the_models_intent_reader(parser, tmp_path, caps
     import json
 
     import soundfile
-    from pasu.device.intent_offramp import IntentReader, ReaderOptions
+    from pasu.models.intent_reader import IntentReader, ReaderOptions
 
     model = cloud_support.write_model_folder(tmp_path / "model")
     soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)

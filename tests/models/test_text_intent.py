@@ -15,6 +15,7 @@ pytest.importorskip("transformers", reason="needs transformers (a PASU dependenc
 from pasu.cli import build_parser
 from pasu.corpus.text import load_corpus_text, samples_dir
 from pasu.metrics import intent_accuracy
+from pasu.models.intent_reader import IntentReader
 from pasu.models.recognizer import Recognition, TextIntentPass
 from pasu.models.text_intent import (
     CONFIG_FILE, WEIGHTS_FILE, CachedEncoder, TextIntentClassifier, TrainOptions, shared_encoder)
@@ -107,12 +108,30 @@ def test_transcripts_are_normalized_like_the_training_text(classifier):
 def test_probabilities_are_scikit_learns(encoder, intents):
     from sklearn.linear_model import LogisticRegression
 
-    options = TrainOptions()
+    options = TrainOptions(tfidf_weight=0.0)  # the encoder's regression alone
     ours = TextIntentClassifier.train(TEXTS, intents, encoder, options)
     theirs = LogisticRegression(C=options.c, max_iter=options.max_iter).fit(encoder.encode(TEXTS), intents)
     probe = list(HELD_OUT)
     assert ours.classes == tuple(theirs.classes_)  # two classes too: sklearn keeps one row of weights there
     np.testing.assert_allclose(ours.probabilities(probe), theirs.predict_proba(encoder.encode(probe)), atol=1e-5)
+    assert ours.reader is None
+
+
+def test_the_tfidf_reader_is_weighed_in_as_a_product_of_experts(encoder):
+    alone = TextIntentClassifier.train(TEXTS, INTENTS, encoder, TrainOptions(tfidf_weight=0.0))
+    both = TextIntentClassifier.train(TEXTS, INTENTS, encoder, TrainOptions(tfidf_weight=0.5))
+    reader = IntentReader.fit(TEXTS, INTENTS)  # what training fits beside the regression
+    probe = list(HELD_OUT)
+    expected = alone.probabilities(probe) * reader.distribution(probe, alone.classes) ** 0.5
+    np.testing.assert_allclose(both.probabilities(probe), expected / expected.sum(axis=1, keepdims=True), atol=1e-5)
+
+
+def test_too_few_sentences_for_the_tfidf_reader_say_so(encoder):
+    texts = ["wake me up", "play jazz", "rain today"]  # no word in two sentences: the reader keeps nothing
+    with pytest.raises(ValueError, match="give more sentences, or train with tfidf_weight 0"):
+        TextIntentClassifier.train(texts, ["alarm_set", "play_music", "weather_query"], encoder)
+    assert TextIntentClassifier.train(texts, ["alarm_set", "play_music", "weather_query"], encoder,
+                                      TrainOptions(tfidf_weight=0.0)).reader is None
 
 
 def test_one_intent_is_not_a_classifier(encoder):
@@ -124,8 +143,10 @@ def test_save_load_round_trip(classifier, encoder, tmp_path):
     folder = classifier.save(tmp_path / "clf")
     loaded = TextIntentClassifier.load(folder, encoder)
     probe = list(HELD_OUT) + TEXTS
-    assert loaded.classes == classifier.classes
-    np.testing.assert_array_equal(loaded.probabilities(probe), classifier.probabilities(probe))
+    assert loaded.classes == classifier.classes and loaded.reader_weight == classifier.reader_weight > 0
+    # the TF-IDF reader's weights are stored as float16: the same answers, probabilities within rounding
+    np.testing.assert_allclose(loaded.probabilities(probe), classifier.probabilities(probe), atol=2e-3)
+    assert [g.intent for g in loaded.predict(probe)] == [g.intent for g in classifier.predict(probe)]
     assert re.fullmatch(r"clf@[0-9a-f]{12}", loaded.model_id)
     with np.load(folder / WEIGHTS_FILE, allow_pickle=False) as arrays:  # plain arrays, no pickled objects
         assert arrays["weights"].shape == (4, 384) and arrays["weights"].dtype == np.float32

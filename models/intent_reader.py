@@ -1,0 +1,87 @@
+"""P(intent | transcript) from TF-IDF over word n-grams + logistic regression (scikit-learn), under 1 MB on disk.
+
+A small, fast reader of the training sentences, used twice: on the device, the intent-agreement offramp asks it
+whether the last pilot's words read as the pilot's intent (device/intent_offramp.py); in the cloud, the text
+pass weighs it beside the sentence-encoder classifier (models/text_intent.py), as word n-grams hold on to the
+keywords a garbled transcript keeps. It is stored as arrays and a vocabulary, not pickled: loading a model
+folder runs no code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+
+READER_FILES = ("intent_reader.json", "intent_reader.npz")
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    ngram_max: int = 2  # word n-grams up to this length
+    min_df: int = 2  # n-grams in fewer training sentences are dropped (7k terms instead of 23k)
+    c: float = 10.0  # inverse strength of the logistic regression's L2 penalty
+    max_iter: int = 2000  # the solver's iterations
+
+
+class IntentReader:
+    """P(intent | transcript) from TF-IDF + logistic regression."""
+
+    def __init__(self, vectorizer: TfidfVectorizer, classifier: LogisticRegression, options: ReaderOptions):
+        self.vectorizer = vectorizer
+        self.classifier = classifier
+        self.options = options
+        self._index = {intent: i for i, intent in enumerate(classifier.classes_)}
+
+    @classmethod
+    def fit(cls, texts: Sequence[str], intents: Sequence[str], options: ReaderOptions = ReaderOptions()) -> IntentReader:
+        vectorizer = TfidfVectorizer(ngram_range=(1, options.ngram_max), sublinear_tf=True, min_df=options.min_df)
+        classifier = LogisticRegression(C=options.c, max_iter=options.max_iter)
+        classifier.fit(vectorizer.fit_transform(texts), intents)
+        return cls(vectorizer, classifier, options)
+
+    def probabilities(self, texts: Sequence[str], intents: Sequence[str]) -> np.ndarray:
+        """P(intent_i | text_i) for each pair; 0 for an intent the training sentences never had."""
+        p = self.classifier.predict_proba(self.vectorizer.transform(texts))
+        return np.array([p[i, self._index[intent]] if intent in self._index else 0.0
+                         for i, intent in enumerate(intents)])
+
+    def distribution(self, texts: Sequence[str], classes: Sequence[str]) -> np.ndarray:
+        """(texts, classes): P(class | text) in the order asked; 0 for a class the training sentences never had."""
+        p = self.classifier.predict_proba(self.vectorizer.transform(texts))
+        out = np.zeros((len(texts), len(classes)))
+        for j, intent in enumerate(classes):
+            if intent in self._index:
+                out[:, j] = p[:, self._index[intent]]
+        return out
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {"options": asdict(self.options), "classes": [str(c) for c in self.classifier.classes_],
+                "vocabulary": {term: int(i) for term, i in self.vectorizer.vocabulary_.items()}}
+        (folder / READER_FILES[0]).write_text(json.dumps(meta))
+        np.savez_compressed(folder / READER_FILES[1], idf=self.vectorizer.idf_.astype(np.float32),
+                            coef=self.classifier.coef_.astype(np.float16),
+                            intercept=self.classifier.intercept_.astype(np.float32))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> IntentReader:
+        folder = Path(folder)
+        meta = json.loads((folder / READER_FILES[0]).read_text())
+        arrays = np.load(folder / READER_FILES[1])
+        options = ReaderOptions(**meta["options"])
+        vectorizer = TfidfVectorizer(ngram_range=(1, options.ngram_max), sublinear_tf=True,
+                                     vocabulary=meta["vocabulary"])
+        vectorizer.idf_ = arrays["idf"].astype(np.float64)
+        classifier = LogisticRegression(C=options.c)
+        classifier.classes_ = np.array(meta["classes"])
+        classifier.coef_ = arrays["coef"].astype(np.float64)
+        classifier.intercept_ = arrays["intercept"].astype(np.float64)
+        return cls(vectorizer, classifier, options)
