@@ -25,6 +25,10 @@ def pytest_configure(config: pytest.Config) -> None:
     global _crash_file
     _crash_file = CRASH_LOG.open("w")
     faulthandler.enable(file=_crash_file, all_threads=True)
+    # Module- and session-scoped fixtures are set up before the autouse `one_thread`: they too must compute with
+    # one thread, or a test comparing its own result with a fixture's exactly sees float sums that differ
+    # between thread counts (tests/device/test_search.py did, on a 2-core machine whose default is 2).
+    torch.set_num_threads(1)
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
