@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+from scipy.special import softmax
 
 from espnet.nets.scorer_interface import BatchScorerInterface
 from pasu.metrics import SluResult
@@ -233,9 +234,7 @@ class TextIntentPass:
             return probabilities
         floor = min(evidence.values())
         added = np.array([evidence.get(c, floor) for c in self.classifier.classes])
-        scores = np.log(np.maximum(probabilities, 1e-30)) + added
-        scores = np.exp(scores - scores.max())
-        return scores / scores.sum()
+        return softmax(np.log(np.maximum(probabilities, 1e-30)) + added)
 
 
 def banned_token_ids(token_list: Sequence[str], ban_slots_unknown: bool = True) -> list[int]:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+from scipy.special import log_softmax, softmax
 
 from pasu.corpus.text import Sentence, load_corpus_text, normalize_text
 from pasu.metrics import intent_accuracy
@@ -212,7 +213,7 @@ class TextIntentClassifier:
         self.model_id = model_id  # reported by the cloud server next to the recognizer's id
         self.slots = slots  # the slot tagger trained with it on the same encoder, if any (models/text_slots.py)
         self.reader = reader  # the TF-IDF reader weighed beside the encoder's regression, if any
-        self.reader_weight = reader_weight if reader is not None else 0.0
+        self.reader_weight = reader_weight if reader is not None else 0.0  # 0: the encoder's regression alone
 
     @classmethod
     def train(cls, texts: Sequence[str], intents: Sequence[str], encoder: Encoder,
@@ -242,15 +243,11 @@ class TextIntentClassifier:
         if not texts:
             return np.zeros((0, len(self.classes)), dtype=np.float32)
         texts = [normalize_text(t) for t in texts]
-        logits = self.encoder.encode(texts) @ self.weights.T + self.bias
-        logits -= logits.max(axis=1, keepdims=True)
-        logits -= np.log(np.exp(logits).sum(axis=1, keepdims=True))
-        if self.reader is not None and self.reader_weight > 0:
-            logits = logits + self.reader_weight * np.log(np.maximum(self.reader.distribution(texts, self.classes),
-                                                                      1e-30))
-            logits -= logits.max(axis=1, keepdims=True)
-        exp = np.exp(logits)
-        return exp / exp.sum(axis=1, keepdims=True)
+        log_p = log_softmax(self.encoder.encode(texts) @ self.weights.T + self.bias, axis=1)
+        if self.reader_weight > 0:
+            tfidf = self.reader.distribution(texts, self.classes)
+            log_p = log_p + self.reader_weight * np.log(np.maximum(tfidf, 1e-30))
+        return softmax(log_p, axis=1)
 
     def predict(self, texts: Sequence[str]) -> list[IntentGuess]:
         """The most probable intent of each text, with its probability."""
