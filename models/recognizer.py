@@ -36,6 +36,9 @@ class Recognition(SluResult):
     # what the recognizer itself heard of the intent, for a text pass that re-reads the transcript: a weighted
     # log-probability per intent, added to the text classifier's (TextIntentPass); (): nothing to add
     intent_evidence: tuple[tuple[str, float], ...] = ()
+    # the transcripts the recognizer weighed, `text` among them, each with its probability, for a text pass
+    # that reads them all (TextIntentPass); (): `text` alone
+    alternatives: tuple[tuple[str, float], ...] = ()
 
 
 @runtime_checkable
@@ -192,7 +195,8 @@ class TextIntentPass:
     """A recognizer whose intents come from a text classifier reading its transcripts (the cloud's second pass).
 
     The rule: every non-empty transcript takes the intent with the highest log P(intent | words) under the
-    classifier plus the recognizer's own evidence on the intent (`Recognition.intent_evidence`, weighed by the
+    classifier (averaged over the recognizer's alternatives under their probabilities, when it gives some,
+    `Recognition.alternatives`: a runner-up transcript may have kept the word the intent hangs on) plus the recognizer's own evidence on the intent (`Recognition.intent_evidence`, weighed by the
     recognizer: the cloud's SLU model heard the audio, so it can hold on to the intent where the words came
     out wrong); an empty transcript keeps the recognizer's answer, there being nothing to read. The
     recognizer's intent itself is not weighed in: its confidence is a perplexity over the whole hypothesis,
@@ -213,8 +217,8 @@ class TextIntentPass:
     def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
         results = list(self.inner.recognize_batch(waveforms))
         readable = [i for i, r in enumerate(results) if r.text.strip()]
-        probabilities = self.classifier.probabilities([results[i].text for i in readable])  # one encoder batch
-        for i, p in zip(readable, probabilities):
+        readings = self._readings([results[i] for i in readable])
+        for i, p in zip(readable, readings):
             r = results[i]
             posterior = self._posterior(p, dict(r.intent_evidence))
             k = int(posterior.argmax())
@@ -226,6 +230,18 @@ class TextIntentPass:
             for i, slots in zip(untagged, tagger.tag([results[i].text for i in untagged])):
                 results[i] = dataclasses.replace(results[i], slots=slots)
         return results
+
+    def _readings(self, results: list[Recognition]) -> list[np.ndarray]:
+        """The classifier's intent probabilities for each result: of its transcript, or averaged over its
+        alternatives under their weights. One encoder batch for every text of every result."""
+        candidates = [r.alternatives or ((r.text, 1.0),) for r in results]
+        probabilities = self.classifier.probabilities([text for c in candidates for text, _ in c])
+        readings, start = [], 0
+        for c in candidates:
+            weights = np.array([w for _, w in c])
+            readings.append(weights @ probabilities[start : start + len(c)] / weights.sum())
+            start += len(c)
+        return readings
 
     def _posterior(self, probabilities: np.ndarray, evidence: dict[str, float]) -> np.ndarray:
         """The classifier's probabilities times exp(evidence), renormalized. An intent the recognizer gave no

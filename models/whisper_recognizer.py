@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from scipy.special import softmax
 
 from pasu.models.ngram_lm import NgramLm
 from pasu.models.recognizer import DecodingOptions, Recognition, weights_digest
@@ -77,6 +78,11 @@ class WhisperWeights:
     # the second opinion's log P(intent | audio, chosen words), times this, is the intent evidence the answer
     # carries for the text pass (`TextIntentPass` adds it to its own reading); 0: the text pass alone decides
     intent_weight: float = 0.0
+    # the text pass reads every pooled candidate, not only the chosen one, and averages its intent
+    # probabilities under the candidates' weights softmax(fused score / this) (Recognition.alternatives):
+    # a command whose best transcript lost its intent's key word may keep it in the runner-up; 0: the chosen
+    # transcript alone
+    candidate_temperature: float = 0.0
 
 
 def is_whisper_folder(folder: str | os.PathLike) -> bool:
@@ -122,6 +128,7 @@ class Hypothesis:
     logprob: float  # Whisper's total log-probability of its tokens
     mean_logprob: float  # per token (Whisper's avg_logprob)
     intent_evidence: dict[str, float] = field(default_factory=dict)  # weighted log-probability per intent
+    alternatives: tuple[tuple[str, float], ...] = ()  # (candidate, probability) for the text pass; see Recognition
 
 
 class WhisperRecognizer:
@@ -175,8 +182,10 @@ class WhisperRecognizer:
         for h in kept:  # windows are heard independently: their evidence adds up
             for intent, value in h.intent_evidence.items():
                 evidence[intent] = evidence.get(intent, 0.0) + value
+        # a longer recording's windows are each one part of the transcript: only a whole one has alternatives
+        alternatives = kept[0].alternatives if len(kept) == 1 else ()
         return Recognition(text=text, intent="", slots=(), confidence=min(confidence, 1.0),
-                           intent_evidence=tuple(evidence.items()))
+                           intent_evidence=tuple(evidence.items()), alternatives=alternatives)
 
     def _decode_window(self, window: np.ndarray) -> Hypothesis | None:
         """The best of the beam's hypotheses for up to 30 s of audio; None for a window Whisper calls silent."""
@@ -253,7 +262,15 @@ class WhisperRecognizer:
         evidence = {}
         if w.intent_weight > 0:
             evidence = {i: w.intent_weight * v for i, v in self.second.intent_logprobs(opinion, texts[best]).items()}
-        return Hypothesis(texts[best], float(whisper[best]), float(whisper[best]) / tokens, evidence)
+        return Hypothesis(texts[best], float(whisper[best]), float(whisper[best]) / tokens, evidence,
+                          self._alternatives(texts, total))
+
+    def _alternatives(self, texts: list[str], total: np.ndarray) -> tuple[tuple[str, float], ...]:
+        """Every candidate with its weight softmax(total / candidate_temperature); () when the weight is 0."""
+        temperature = self.weights.candidate_temperature
+        if temperature <= 0 or len(texts) < 2 or not np.isfinite(total).any():
+            return ()
+        return tuple(zip(texts, softmax(total / temperature).tolist()))
 
     def _score(self, hypothesis: Hypothesis) -> float:
         if self.lm is None:

@@ -210,6 +210,19 @@ def test_the_recognizers_intent_evidence_is_weighed_into_the_classifiers_reading
     assert swayed.confidence == pytest.approx(0.8 * weighted.max() / weighted.sum(), rel=1e-5)
 
 
+def test_alternatives_are_read_too_and_averaged_under_their_probabilities(classifier):
+    lights, jazz = "turn off the lights", "play some jazz"
+    p = classifier.probabilities([lights, jazz])
+    heard = [Recognition(text=lights, intent="", confidence=1.0, alternatives=((lights, w), (jazz, 1.0 - w)))
+             for w in (0.9, 0.1)]
+    second = TextIntentPass(CannedRecognizer(heard), classifier)
+    sure, outvoted = second.recognize_batch([np.zeros(1600, np.float32)] * 2)
+    assert sure.intent == "iot_hue_lightoff" and sure.text == lights
+    # the runner-up's reading, weighed 0.9, wins over the chosen transcript's; the words stay the chosen ones
+    assert outvoted.intent == "play_music" and outvoted.text == lights
+    assert outvoted.confidence == pytest.approx(float((0.1 * p[0] + 0.9 * p[1]).max()), rel=1e-5)
+
+
 # --- The command --------------------------------------------------------------------------------------------
 
 

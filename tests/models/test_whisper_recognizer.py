@@ -110,6 +110,21 @@ def test_the_answer_carries_the_second_opinions_intent_evidence_weighed(whisper,
 
 
 @needs_espeak
+def test_with_a_candidate_temperature_the_answer_carries_every_pooled_candidate(whisper, lights_off):
+    def heard(temperature: float):
+        recognizer = WhisperRecognizer(whisper.model, replace(whisper.weights, candidate_temperature=temperature),
+                                       lm=whisper.lm, second=whisper.second)
+        return recognizer.recognize_batch([lights_off])[0]
+
+    sharp, flat = heard(1.0), heard(100.0)
+    pooled = whisper.pool(whisper.nbest(lights_off), whisper.second.listen(lights_off).texts)
+    assert [t for t, _ in sharp.alternatives] == pooled and sum(w for _, w in sharp.alternatives) == pytest.approx(1)
+    assert max(sharp.alternatives, key=lambda a: a[1])[0] == sharp.text  # the chosen one weighs most
+    assert max(w for _, w in flat.alternatives) < max(w for _, w in sharp.alternatives)  # hotter: more even
+    assert heard(0.0).alternatives == () and flat.text == sharp.text  # the words do not depend on it
+
+
+@needs_espeak
 def test_forced_scores_do_not_depend_on_batching(whisper, lights_off):
     texts = [h.text for h in whisper.nbest(lights_off)][:6]
     together = whisper.forced_logprobs(lights_off, texts)
