@@ -40,7 +40,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
-               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.7\n"
+               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.4\n"
                "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,7 +64,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--policy", choices=("on-device", "all", "ppl", "intent"), default=None,
                      help="offloading policy when there is a cloud (routing.policy; default ppl)")
     run.add_argument("--threshold", type=float, default=None,
-                     help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.7)")
+                     help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.4)")
     # float32 is left out: twice pcm16's bytes for no accuracy a microphone's 16 bits do not already give
     run.add_argument("--encoding", choices=("pcm16", "flac", "opus"), default=None,
                      help="how the waveform is uploaded (routing.encoding; opus for slow uplinks)")
