@@ -196,9 +196,9 @@ class TextIntentPass:
 
     The rule: every non-empty transcript takes the intent with the highest log P(intent | words) under the
     classifier (averaged over the recognizer's alternatives under their probabilities, when it gives some,
-    `Recognition.alternatives`: a runner-up transcript may have kept the word the intent hangs on) plus the recognizer's own evidence on the intent (`Recognition.intent_evidence`, weighed by the
-    recognizer: the cloud's SLU model heard the audio, so it can hold on to the intent where the words came
-    out wrong); an empty transcript keeps the recognizer's answer, there being nothing to read. The
+    `Recognition.alternatives`: a runner-up transcript may have kept the word the intent hangs on) plus the
+    recognizer's own evidence on the intent (`Recognition.intent_evidence`, weighed by the recognizer: the
+    cloud's SLU model heard the audio, so it can hold on to the intent where the words came out wrong); an empty transcript keeps the recognizer's answer, there being nothing to read. The
     recognizer's intent itself is not weighed in: its confidence is a perplexity over the whole hypothesis,
     not a probability of its intent, while the classifier (pretrained sentence encoder and a TF-IDF reader,
     8k training sentences) is the more accurate intent reader on text (86% on SLURP test gold transcripts, see

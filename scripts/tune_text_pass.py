@@ -2,9 +2,10 @@
 text pass reads the pooled candidates besides the chosen transcript, and `intent_weight`, how much the second
 opinion's reading of the intent counts next to the text pass's.
 
-For each dev utterance it runs the served recognizer with both at 1, so the answer carries every candidate's
-probability softmax(fused score) and the second opinion's log P(intent | audio, chosen words) unweighed, and
-reads every candidate with the text classifier. Every pair of a grid is then scored over those cached numbers
+For each dev utterance it runs the served recognizer with both at 1, so the answer carries the candidates'
+probabilities softmax(fused score) (those of at least MIN_ALTERNATIVE_WEIGHT: other temperatures are scored
+over these) and the second opinion's log P(intent | audio, chosen words) unweighed, and reads every candidate
+with the text classifier. Every pair of a grid is then scored over those cached numbers
 with `TextIntentPass`'s rule (intent accuracy of argmax log(sum over candidates of softmax(log weight / T) x
 P_text) + w x evidence; T = 0: the chosen transcript alone). Reports the shipped pair, the grid's best, and the
 accuracy of a pair tuned in 2-fold cross-validation (what tuning would really buy on new data).
