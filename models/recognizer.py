@@ -197,15 +197,15 @@ class TextIntentPass:
     The rule: every non-empty transcript takes the intent with the highest log P(intent | words) under the
     classifier (averaged over the recognizer's alternatives under their probabilities, when it gives some,
     `Recognition.alternatives`: a runner-up transcript may have kept the word the intent hangs on) plus the
-    recognizer's own evidence on the intent (`Recognition.intent_evidence`, weighed by the recognizer: the
-    cloud's SLU model heard the audio, so it can hold on to the intent where the words came out wrong); an empty transcript keeps the recognizer's answer, there being nothing to read. The
-    recognizer's intent itself is not weighed in: its confidence is a perplexity over the whole hypothesis,
-    not a probability of its intent, while the classifier (pretrained sentence encoder and a TF-IDF reader,
-    8k training sentences) is the more accurate intent reader on text (86% on SLURP test gold transcripts, see
-    its model card). The answer's confidence is the product of the recognizer's confidence and the intent's posterior:
-    both the words and their reading must be right. The transcript stays the recognizer's, and so do its
-    slots; a recognizer that gives none (Whisper writes words only) gets the classifier's slot tagger's,
-    when its folder has one.
+    recognizer's own evidence on the intent (`Recognition.intent_evidence`, weighed by the recognizer: the cloud's
+    SLU model heard the audio, so it can hold on to the intent where the words came out wrong); an empty transcript
+    keeps the recognizer's answer, there being nothing to read. The recognizer's intent itself is not weighed in:
+    its confidence is a perplexity over the whole hypothesis, not a probability of its intent, while the classifier
+    (pretrained sentence encoder and a TF-IDF reader, 8k training sentences) is the more accurate intent reader on
+    text (86% on SLURP test gold transcripts, see its model card). The answer's confidence is the product of the
+    recognizer's confidence and the intent's posterior: both the words and their reading must be right. The
+    transcript stays the recognizer's, and so do its slots; a recognizer that gives none (Whisper writes words only)
+    gets the classifier's slot tagger's, when its folder has one.
     """
 
     def __init__(self, inner: Recognizer, classifier: TextIntentClassifier):
