@@ -16,6 +16,7 @@ accuracy of a pair tuned in 2-fold cross-validation (what tuning would really bu
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 from dataclasses import replace
@@ -66,6 +67,7 @@ class TextPassTuning:
                                   for r in self.rows])
         self.gold = np.array([classes.index(r["gold"]) if r["gold"] in classes else -1 for r in self.rows])
 
+    @functools.cache  # noqa: B019 (one tuning object per run): each temperature is read once, not per weight
     def reading(self, temperature: float) -> np.ndarray:
         """(rows, classes) log-probabilities of the text pass for a candidate temperature."""
         out = []
