@@ -208,7 +208,7 @@ class Session:
                 cloud_failure = answer
         route = "fallback" if cloud_failure else "local"
         reason = cloud_failure or (decision.reason if decision else "local decode")
-        slu = self.model.read(tokens)
+        slu = self.model.answer(tokens, hyp)
         result = AgentResult(slu.text, slu.intent, slu.slots, confidence, route, reason, tokens=tuple(tokens))
         return self._done(result, eos)
 

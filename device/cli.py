@@ -104,7 +104,7 @@ def _given(**flags: Any) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     from pasu.device.agent import DeviceAgent, play_realtime, replay
     from pasu.device.audio import AudioError, load_audio
-    from pasu.device.runtime import DeviceModel
+    from pasu.device.offramp_train import load_device_model
 
     try:
         config = config_from_args(args)
@@ -115,10 +115,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: no model folder at {args.model} (train one with `pasu train` + `pasu package`)",
               file=sys.stderr)
         return 2
-    model = DeviceModel.from_folder(args.model)
+    model = load_device_model(args.model)  # with its intent reader, when `pasu offramp train` left one
     options = config.agent
     try:
-        policy, cloud = _routing(config.routing, args.token, model, args.model)
+        policy, cloud = _routing(config.routing, args.token, model)
     except FileNotFoundError as error:  # the intent policy without the model's intent reader
         print(f"error: {error}: the intent policy needs `pasu offramp train {args.model}` first", file=sys.stderr)
         return 2
@@ -143,15 +143,15 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
-             model_folder: Path) -> tuple[Policy | None, CloudClient | None]:
+def _routing(routing: RoutingOptions, token: str | None,
+             model: DeviceModel) -> tuple[Policy | None, CloudClient | None]:
     """The offloading policy and cloud client (None, None without a cloud); `token` overrides the token file."""
     from pasu.device.cloud_client import CloudClient
     from pasu.device.offramp_train import model_policy
 
     if not routing.cloud:
         return None, None
-    return model_policy(routing, model, model_folder), CloudClient(routing.cloud, token=token or routing.token(),
+    return model_policy(routing, model), CloudClient(routing.cloud, token=token or routing.token(),
                                                                    encoding=routing.encoding)
 
 

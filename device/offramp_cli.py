@@ -57,34 +57,35 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pasu.device.intent_offramp import IntentAgreementOfframp
-    from pasu.device.runtime import DeviceModel
+    from pasu.device.intent_offramp import IntentMixture
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
         OfframpTrainOptions,
         fit_offramps,
+        intent_offramp,
         save_offramps,
     )
+    from pasu.device.runtime import DeviceModel
+    from pasu.models.intent_reader import IntentReader
 
     logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
     model = DeviceModel.from_folder(args.model)  # replays the split, and reads pilots' tokens for the intent check
+    # the replays answer as the agent will: with this reader, as saved (float16 weights)
+    model.intent_mixture = IntentMixture(IntentReader.load(fit_intent_reader(args.corpus).save(out)))
     samples = collect_split(model, args.corpus, args.split, utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None
     options = OfframpTrainOptions()
     bad_wer = options.bilstm.bad_wer if args.bad_wer is None else args.bad_wer
     options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs, bad_wer=bad_wer))
-    reader = fit_intent_reader(args.corpus)
-    intent = IntentAgreementOfframp(reader, model.read)
     fit_samples = None
     if args.fit_all:  # more examples for the network; the cloud still decodes only the calibration subset
         everything = load_split(args.corpus, args.split)
         fit_samples = collect_split(model, args.corpus, args.split, everything, out / f"replays-{args.split}-all.jsonl")
-    bilstm, report = fit_offramps(samples, options, cloud_edits, intent, fit_samples)
-    reader.save(out)
+    bilstm, report = fit_offramps(samples, options, cloud_edits, intent_offramp(model), fit_samples)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     save_offramps(out, bilstm, report)
@@ -121,7 +122,8 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
     from pasu.device.offramp_data import cache_key, collect, load_or_collect
 
     options = AgentOptions()
-    key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options)
+    reader = model.intent_mixture.reader.digest() if model.intent_mixture else None
+    key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options, reader)
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
 
 

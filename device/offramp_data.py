@@ -190,10 +190,12 @@ def load_or_collect(path: str | Path, key: dict[str, Any], make: Callable[[], li
     return samples
 
 
-def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: AgentOptions) -> dict[str, Any]:
-    """What makes two collections interchangeable: the model, the utterances and the agent's settings."""
-    return {"model": model_id, "manifest": str(Path(manifest).resolve()), "ids": list(ids),
-            "options": json.loads(json.dumps(asdict(options), default=str))}
+def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: AgentOptions,
+              intent_reader: str | None = None) -> dict[str, Any]:
+    """What makes two collections interchangeable: the model, the intent reader its answers weigh in (its
+    digest; None: none), the utterances and the agent's settings."""
+    return {"model": model_id, "intent_reader": intent_reader, "manifest": str(Path(manifest).resolve()),
+            "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str))}
 
 
 def _slu(raw: dict[str, Any]) -> SluResult:

@@ -33,8 +33,8 @@ from pasu.device.calibration import (
     selectivity,
     wer_targets,
 )
-from pasu.device.intent_offramp import IntentAgreementOfframp
-from pasu.models.intent_reader import IntentReader
+from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
+from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.routing import PerplexityOfframp, weigh_by_length
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 OFFRAMP_DIR = "offramp"  # inside the packaged model folder
 THRESHOLDS = "offramp.json"
 # Units of the thresholds in offramp.json; older reports are refused, as their thresholds would mean something
-# else to the policy. 1: per hypothesis; 2: PPL and BiLSTM weighed by speech seconds; 3: the intent check too.
-CALIBRATION_VERSION = 3
+# else to the policy. 1: per hypothesis; 2: PPL and BiLSTM weighed by speech seconds; 3: the intent check too;
+# 4: the intent check judges the decoder/reader mixture (intent_offramp.IntentMixture), and replays answer with it.
+CALIBRATION_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -184,16 +185,30 @@ def load_offramps(folder: str | Path) -> tuple[BiLstmOfframp, dict[str, Any]]:
     return BiLstmOfframp.load(Path(folder)), report
 
 
-def load_intent_offramp(folder: str | Path, model: DeviceModel) -> IntentAgreementOfframp:
-    """The intent-agreement offramp of an offramp folder, reading hypotheses with the device model's tokenizer."""
-    return IntentAgreementOfframp(IntentReader.load(folder), model.read)
+def load_device_model(folder: str | Path, offramp_folder: str | Path | None = None) -> DeviceModel:
+    """A packaged device model as the agent runs it: with the intent reader of its offramp folder (default
+    FOLDER/offramp) weighed into its answers when that folder has one."""
+    from pasu.device.runtime import DeviceModel
+
+    model = DeviceModel.from_folder(folder)
+    reader_folder = Path(offramp_folder) if offramp_folder is not None else Path(folder) / OFFRAMP_DIR
+    if (reader_folder / READER_FILES[0]).is_file():
+        model.intent_mixture = IntentMixture(IntentReader.load(reader_folder))
+    return model
 
 
-def model_policy(routing: RoutingOptions, model: DeviceModel, model_folder: str | Path) -> Policy:
-    """`routing`'s policy for a packaged model: the intent policy reads the model's intent reader (MODEL/offramp;
-    FileNotFoundError without one)."""
-    intent = load_intent_offramp(Path(model_folder) / OFFRAMP_DIR, model) if routing.policy == "intent" else None
-    return routing.make_policy(intent)
+def intent_offramp(model: DeviceModel) -> IntentAgreementOfframp:
+    """The intent offramp of a model with its intent reader attached (FileNotFoundError without one)."""
+    if model.intent_mixture is None:
+        raise FileNotFoundError(f"{model.model_id} has no intent reader (MODEL/{OFFRAMP_DIR}/{READER_FILES[0]}: "
+                                "`pasu offramp train`)")
+    return IntentAgreementOfframp(model.intent_mixture, model.read)
+
+
+def model_policy(routing: RoutingOptions, model: DeviceModel) -> Policy:
+    """`routing`'s policy for a model from `load_device_model`: the intent policy reads its intent reader
+    (FileNotFoundError without one)."""
+    return routing.make_policy(intent_offramp(model) if routing.policy == "intent" else None)
 
 
 def load_thresholds(folder: str | Path) -> dict[str, Any]:
@@ -203,8 +218,8 @@ def load_thresholds(folder: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{folder}: no {THRESHOLDS}; run `pasu offramp train` first")
     report = json.loads(path.read_text())
     if report.get("calibration_version", 1) < CALIBRATION_VERSION:  # thresholds in other units than the policy's
-        raise ValueError(f"{path}: calibrated by an older PASU, whose scores were not all weighed by the speech's "
-                         "length; run `pasu offramp train` again")
+        raise ValueError(f"{path}: calibrated by an older PASU, whose offramp scores meant something else; run "
+                         "`pasu offramp train` again")
     return report
 
 

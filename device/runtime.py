@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from pasu.device.decoding.search import BeamSearch
+from pasu.device.decoding.search import BeamSearch, Hypothesis
 from pasu.device.encoding import EncoderStream, open_stream
+from pasu.device.intent_offramp import IntentMixture, intent_confidence
 from pasu.models.recognizer import DecodingOptions, banned_token_ids, espnet_beam_search, packaged_weights_id
 from pasu.models.targets import decode_target
 
@@ -30,6 +32,9 @@ class DeviceModel:
         self.banned = banned_token_ids(self.token_list)
         self.search = BeamSearch(model.decoder, model.ctc, model.sos, model.eos, len(self.token_list),
                                  self.banned, blank=0)
+        # the intent reader the answer weighs in (MODEL/offramp: `offramp_train.load_device_model`); None: the
+        # decoder's intent as it is
+        self.intent_mixture: IntentMixture | None = None
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> DeviceModel:
@@ -56,6 +61,15 @@ class DeviceModel:
     def read(self, tokens: Sequence[int]) -> SluResult:
         """Transcript, intent and slots of an output token sequence."""
         return decode_target(self.detokenize(list(tokens)))
+
+    def answer(self, tokens: Sequence[int], hypothesis: Hypothesis | None) -> SluResult:
+        """What the device answers: `read(tokens)`, its intent the mixture's when a reader is attached and the
+        search's `hypothesis` of these tokens gives the decoder's confidence."""
+        slu = self.read(tokens)
+        if self.intent_mixture is None or hypothesis is None:
+            return slu
+        intent, _ = self.intent_mixture.reading(slu, intent_confidence(hypothesis))
+        return replace(slu, intent=intent)
 
     def espnet_search(self, beam_size: int, ctc_weight: float, batch: bool) -> Any:
         """ESPnet's own BatchBeamSearch / BeamSearch with the same scorers (the vanilla baselines)."""

@@ -1,14 +1,15 @@
 """P(intent | transcript) from TF-IDF over word n-grams + logistic regression (scikit-learn), under 1 MB on disk.
 
-A small, fast reader of the training sentences, used twice: on the device, the intent-agreement offramp asks it
-whether the last pilot's words read as the pilot's intent (device/intent_offramp.py); in the cloud, the text
-pass weighs it beside the sentence-encoder classifier (models/text_intent.py), as word n-grams hold on to the
-keywords a garbled transcript keeps. It is stored as arrays and a vocabulary, not pickled: loading a model
+A small, fast reader of the training sentences, used twice: on the device, it reads the decoder's words beside
+the decoder's own intent, for the answer and for the intent offramp (device/intent_offramp.py); in the cloud,
+the text pass weighs it beside the sentence-encoder classifier (models/text_intent.py), as word n-grams hold on
+to the keywords a garbled transcript keeps. It is stored as arrays and a vocabulary, not pickled: loading a model
 folder runs no code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -38,6 +39,19 @@ class IntentReader:
         self.options = options
         self._index = {intent: i for i, intent in enumerate(classifier.classes_)}
 
+    @property
+    def classes(self) -> list[str]:
+        """The intents it knows, in the order `distribution` gives them when asked for all."""
+        return [str(c) for c in self.classifier.classes_]
+
+    def digest(self) -> str:
+        """12 hex digits naming exactly these weights as saved (the same before and after a save and load)."""
+        h = hashlib.sha1(json.dumps([self.classes, sorted(self.vectorizer.vocabulary_.items()),
+                                     asdict(self.options)]).encode())
+        for array in self._saved_arrays().values():
+            h.update(array.tobytes())
+        return h.hexdigest()[:12]
+
     @classmethod
     def fit(cls, texts: Sequence[str], intents: Sequence[str], options: ReaderOptions = ReaderOptions()) -> IntentReader:
         vectorizer = TfidfVectorizer(ngram_range=(1, options.ngram_max), sublinear_tf=True, min_df=options.min_df)
@@ -66,10 +80,12 @@ class IntentReader:
         meta = {"options": asdict(self.options), "classes": [str(c) for c in self.classifier.classes_],
                 "vocabulary": {term: int(i) for term, i in self.vectorizer.vocabulary_.items()}}
         (folder / READER_FILES[0]).write_text(json.dumps(meta))
-        np.savez_compressed(folder / READER_FILES[1], idf=self.vectorizer.idf_.astype(np.float32),
-                            coef=self.classifier.coef_.astype(np.float16),
-                            intercept=self.classifier.intercept_.astype(np.float32))
+        np.savez_compressed(folder / READER_FILES[1], **self._saved_arrays())
         return folder
+
+    def _saved_arrays(self) -> dict[str, np.ndarray]:
+        return {"idf": self.vectorizer.idf_.astype(np.float32), "coef": self.classifier.coef_.astype(np.float16),
+                "intercept": self.classifier.intercept_.astype(np.float32)}
 
     @classmethod
     def load(cls, folder: str | Path) -> IntentReader:

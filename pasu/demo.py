@@ -186,7 +186,7 @@ def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Po
 
     def policy(offramp: str) -> Policy:
         limit = options.threshold if options.threshold is not None else offload_threshold(model_dir, offramp)
-        return model_policy(RoutingOptions(policy=offramp).with_policy_threshold(limit), model, model_dir)
+        return model_policy(RoutingOptions(policy=offramp).with_policy_threshold(limit), model)
 
     try:
         return policy(options.policy)
@@ -202,9 +202,9 @@ def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoO
     from pasu.device.agent import AgentOptions, DeviceAgent, play_realtime, replay
     from pasu.device.audio import load_audio
     from pasu.device.cloud_client import CloudClient
-    from pasu.device.runtime import DeviceModel
+    from pasu.device.offramp_train import load_device_model
 
-    model = DeviceModel.from_folder(model_dir)
+    model = load_device_model(model_dir)
     policy = demo_policy(model, model_dir, options)
     rows = []
     with CloudClient(address, deadline_s=5.0) as cloud:

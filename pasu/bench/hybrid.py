@@ -66,8 +66,7 @@ def register(benches: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pasu.device.offramp_cli import collect_split
-    from pasu.device.offramp_train import OFFRAMP_DIR, load_intent_offramp, load_offramps
-    from pasu.device.runtime import DeviceModel
+    from pasu.device.offramp_train import OFFRAMP_DIR, intent_offramp, load_device_model, load_offramps
     from pasu.models.data import dev_subset, load_split
 
     logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
@@ -78,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: no --cloud-model; the cloud hosts the device model ({args.model})", file=sys.stderr)
     offramp_folder = args.offramp or args.model / OFFRAMP_DIR
     bilstm, report = load_offramps(offramp_folder)
-    model = DeviceModel.from_folder(args.model)
-    intent = load_intent_offramp(offramp_folder, model) if "intent" in report else None
+    model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
+    intent = intent_offramp(model) if "intent" in report else None
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from pasu.device.bilstm_offramp import TrainOptions
-from pasu.device.intent_offramp import IntentAgreementOfframp
+from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
 from pasu.models.intent_reader import IntentReader, ReaderOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample, collect
 from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
@@ -77,7 +77,7 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     assert proxies["5g"]["stats"]["bytes_up"] < proxies["wifi"]["stats"]["bytes_up"] / 3  # noise compresses least
     reader = IntentReader.fit([REF.text, WRONG.text, "set an alarm", "play some music"],
                               [REF.intent, WRONG.intent, REF.intent, WRONG.intent], ReaderOptions(min_df=1))
-    intent = IntentAgreementOfframp(reader, device.read)
+    intent = IntentAgreementOfframp(IntentMixture(reader), device.read)
     bilstm, report = fit_offramps([sample(i, i % 2 == 0) for i in range(12)],
                                   OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=2), intent=intent)
     result = evaluate_profile(samples, calls["wifi"], bilstm, report, intent)

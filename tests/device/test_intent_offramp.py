@@ -1,25 +1,54 @@
-"""The intent-agreement offramp: a text classifier reading the pilot's words, stored without pickle."""
+"""The device's intent mixture (decoder + a text classifier over its words) and the offramp that judges it."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
 from pasu.device.bilstm_offramp import TrainOptions
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.intent_offramp import IntentAgreementOfframp
+from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture, intent_confidence
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
 from pasu.metrics import SluResult
 
 
+def hypothesis(tokens: tuple[int, ...], intent_probability: float) -> Hypothesis:
+    """A hypothesis whose decoder gave its first token (the intent) this probability."""
+    return Hypothesis(tokens, 0.0, True, (math.log(intent_probability),) + (-0.1,) * (len(tokens) - 1))
+
+
+def test_a_sure_decoder_keeps_its_intent_and_an_unsure_one_yields_to_the_words(small_reader):
+    mixture = IntentMixture(small_reader)
+    heard = SluResult("play some jazz", "alarm_set")  # the decoder's intent, and words of another command
+    assert mixture.reading(heard, 0.9)[0] == "alarm_set"
+    intent, probability = mixture.reading(heard, 0.2)
+    assert intent == "play_music" and 0.4 < probability < 0.8  # most of the words' 0.8 share
+    agreeing, _ = mixture.reading(SluResult("set an alarm for six", "alarm_set"), 0.2)
+    assert agreeing == "alarm_set"
+
+
+def test_an_intent_the_classifier_never_saw_keeps_the_decoders_share(small_reader):
+    mixture = IntentMixture(small_reader)
+    assert mixture.reading(SluResult("turn the lights off", "iot_hue_lightoff"), 0.6) == ("iot_hue_lightoff", 0.6)
+    assert mixture.reading(SluResult("play some jazz", "iot_hue_lightoff"), 0.1)[0] == "play_music"
+
+
+def test_the_decoders_confidence_is_its_intent_tokens_probability():
+    assert intent_confidence(hypothesis((5, 6, 7), 0.25)) == pytest.approx(0.25)
+    assert intent_confidence(Hypothesis((), 0.0, True)) == 0.0
+
+
 def test_words_that_read_as_another_command_score_higher(small_reader):
     # the device model's reading of its tokens, here a table: tokens (1, ...) mean "alarm_set" + these words
     readings = {(1, 2): SluResult("set an alarm for six", "alarm_set"), (1, 3): SluResult("play some jazz", "alarm_set")}
-    offramp = IntentAgreementOfframp(small_reader, lambda tokens: readings[tuple(tokens)])
-    agreeing = offramp.score(Hypothesis((1, 2), 0.0, True))
-    contradicting = offramp.score(Hypothesis((1, 3), 0.0, True))
-    assert 0.0 <= agreeing < 0.5 < contradicting <= 1.0
+    offramp = IntentAgreementOfframp(IntentMixture(small_reader), lambda tokens: readings[tuple(tokens)])
+    agreeing = offramp.score(hypothesis((1, 2), 0.6))
+    contradicting = offramp.score(hypothesis((1, 3), 0.6))
+    assert 0.0 <= agreeing < 0.2 < contradicting <= 0.5  # the decoder's 0.6 still holds its intent up
+    assert offramp.score(hypothesis((1, 3), 0.05)) < contradicting  # the words alone are sure: little doubt
 
 
 def test_calibrated_beside_the_other_offramps(small_reader, commands):
@@ -33,7 +62,7 @@ def test_calibrated_beside_the_other_offramps(small_reader, commands):
         features = HypothesisFeatures((i,), (-0.5, -0.5), (-0.5, -0.5), True)
         samples.append(OfframpSample(f"u{i}", 1.0 + i % 3, SluResult(texts[i % 4], "alarm_set"), heard,
                                      4 if wrong else 0, 5, 0.1, 0.02, 1, features, features))
-    offramp = IntentAgreementOfframp(small_reader, lambda tokens: readings[tuple(tokens)])
+    offramp = IntentAgreementOfframp(IntentMixture(small_reader), lambda tokens: readings[tuple(tokens)])
     _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), intent=offramp)
     assert report["intent"]["selectivity"]["roc_auc"] > 0.9  # it finds the utterances whose words disagree
     levels = report["intent"]["levels"]

@@ -1,8 +1,12 @@
-"""DeviceModel: loading a model folder and naming exactly which weights it holds."""
+"""DeviceModel: loading a model folder, naming exactly which weights it holds, and what it answers."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+from pasu.device.decoding.search import Hypothesis
+from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model
 from pasu.device.runtime import DeviceModel
 
 
@@ -16,3 +20,21 @@ def test_a_retrained_model_keeps_its_name_but_not_its_weights_id(tmp_path, cloud
     assert before.model_id == after.model_id == "tiny-untrained"  # what tables and logs show
     assert before.weights_id != after.weights_id  # what replay caches are keyed by
     assert after.weights_id.startswith("tiny-untrained@")
+
+
+def test_the_answer_weighs_in_the_intent_reader_of_the_offramp_folder(tmp_path, cloud_support, small_reader):
+    """load_device_model attaches MODEL/offramp's reader: an unsure decoder's intent yields to its words."""
+    folder = cloud_support.write_model_folder(tmp_path / "model")
+    assert load_device_model(folder).intent_mixture is None  # no reader yet: the decoder's intent as it is
+    small_reader.save(folder / OFFRAMP_DIR)
+    model = load_device_model(folder)
+    tokens = cloud_support.tiny_parts()[1].encode("alarm_set what is the weather today")
+    assert model.read(tokens).intent == "alarm_set"
+
+    def hypothesis(intent_probability: float) -> Hypothesis:
+        return Hypothesis(tuple(tokens), 0.0, True, (math.log(intent_probability),) + (-0.1,) * (len(tokens) - 1))
+
+    assert model.answer(tokens, hypothesis(0.9)).intent == "alarm_set"
+    unsure = model.answer(tokens, hypothesis(0.1))
+    assert unsure.intent == "weather_query" and unsure.text == model.read(tokens).text
+    assert model.answer(tokens, None) == model.read(tokens)  # ESPnet's search gives no per-token probabilities

@@ -31,3 +31,11 @@ def test_its_distribution_covers_the_classes_asked_for(small_reader):
     assert p[0].argmax() == 1 and p[1].argmax() == 0
     np.testing.assert_allclose(p[:, 1], small_reader.probabilities(["play some jazz", "will it rain"],
                                                                    ["play_music"] * 2))
+
+
+def test_its_digest_names_the_saved_weights(small_reader, commands, tmp_path):
+    """Replay caches key on it: a save and load keep it, a reader fitted on other sentences changes it."""
+    loaded = IntentReader.load(small_reader.save(tmp_path))
+    assert loaded.digest() == small_reader.digest()
+    other = IntentReader.fit(list(commands)[:8], list(commands.values())[:8], small_reader.options)
+    assert other.digest() != small_reader.digest()
