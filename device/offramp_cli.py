@@ -61,6 +61,7 @@ def run_train(args: argparse.Namespace) -> int:
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
         OfframpTrainOptions,
+        answer_intent_accuracy,
         fit_offramps,
         intent_offramp,
         save_offramps,
@@ -86,10 +87,14 @@ def run_train(args: argparse.Namespace) -> int:
         everything = load_split(args.corpus, args.split)
         fit_samples = collect_split(model, args.corpus, args.split, everything, out / f"replays-{args.split}-all.jsonl")
     bilstm, report = fit_offramps(samples, options, cloud_edits, intent_offramp(model), fit_samples)
+    report["answers"] = answer_intent_accuracy(fit_samples or samples, model.read)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     save_offramps(out, bilstm, report)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
+    answers = report["answers"]
+    print(f"intent accuracy of the device's answers on {answers['utterances']} replays: {answers['answers']:.1%} "
+          f"with the intent reader, {answers['decoder']:.1%} the decoder's alone")
     for name in ("ppl", "bilstm", "intent"):
         print(f"{name}: {json.dumps(report[name]['selectivity'])}")
         for level, cal in report[name]["levels"].items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +37,7 @@ from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.routing import PerplexityOfframp, weigh_by_length
+from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
 
 if TYPE_CHECKING:
@@ -101,6 +102,17 @@ def calibrate(name: str, scores: np.ndarray, samples: Sequence[OfframpSample], l
         result["wer_targets"] = {f"{t:g}": asdict(c) if c else None for t, c in zip(targets, found)}
     log.info("%s offramp: %s", name, json.dumps(result["selectivity"]))
     return result
+
+
+def answer_intent_accuracy(samples: Sequence[OfframpSample], read: Callable[[Sequence[int]], SluResult]) -> dict:
+    """Intent accuracy of the replays' answers (the decoder/reader mixture, when a reader was attached) beside
+    that of the decoder's own intent (`read`, DeviceModel.read, of the full decode's tokens)."""
+    def right(answer: SluResult, sample: OfframpSample) -> bool:
+        return answer.intent == sample.reference.intent
+
+    decoder = [right(read(s.final.tokens) if s.final else s.local, s) for s in samples]
+    return {"utterances": len(samples), "answers": float(np.mean([right(s.local, s) for s in samples])),
+            "decoder": float(np.mean(decoder))}
 
 
 def intent_scores(offramp: IntentAgreementOfframp, samples: Sequence[OfframpSample]) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from pasu.device.decoding.search import Hypothesis
 from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture, intent_confidence
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
+from pasu.device.routing import OfframpPolicy
 from pasu.metrics import SluResult
 
 
@@ -49,6 +52,8 @@ def test_words_that_read_as_another_command_score_higher(small_reader):
     contradicting = offramp.score(hypothesis((1, 3), 0.6))
     assert 0.0 <= agreeing < 0.2 < contradicting <= 0.5  # the decoder's 0.6 still holds its intent up
     assert offramp.score(hypothesis((1, 3), 0.05)) < contradicting  # the words alone are sure: little doubt
+    decision = OfframpPolicy(offramp, 0.3, length_weighted=False).decide(hypothesis((1, 3), 0.6), 2.0)
+    assert json.loads(json.dumps(asdict(decision)))["offload"] is True  # timelines and results are JSON
 
 
 def test_calibrated_beside_the_other_offramps(small_reader, commands):

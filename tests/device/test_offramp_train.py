@@ -10,6 +10,7 @@ from pasu.device.bilstm_offramp import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
     OfframpTrainOptions,
+    answer_intent_accuracy,
     fit_offramps,
     load_offramps,
     save_offramps,
@@ -118,3 +119,15 @@ def test_the_bilstm_label_bar_is_a_training_option():
         shares[bar] = report["bad_share"]
         assert report["bilstm"]["train"]["bad_wer"] == bar
     assert shares == {0.1: 0.75, 0.5: 0.5}
+
+
+def test_the_report_says_what_the_intent_reader_changed_in_the_answers():
+    # the odd ones answer play_music, wrongly; their decoder said so too, except in u1 and u3
+    samples = [dataclasses.replace(s, final=dataclasses.replace(s.final, tokens=(i,))) for i, s in enumerate(split(10))]
+    decoder_said = {(i,): s.local.intent for i, s in enumerate(samples)}
+    decoder_said[(1,)] = decoder_said[(3,)] = "alarm_set"  # the mixture turned the decoder's right intent wrong
+
+    def read(tokens):
+        return SluResult("", decoder_said[tuple(tokens)])
+
+    assert answer_intent_accuracy(samples, read) == {"utterances": 10, "answers": 0.5, "decoder": 0.7}
