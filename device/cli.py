@@ -152,7 +152,7 @@ def _routing(routing: RoutingOptions, token: str | None,
     if not routing.cloud:
         return None, None
     return model_policy(routing, model), CloudClient(routing.cloud, token=token or routing.token(),
-                                                                   encoding=routing.encoding)
+                                                     encoding=routing.encoding)
 
 
 def _until_end_of_speech(audio):

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from pasu.device.decoding.search import Hypothesis
 from pasu.metrics import SluResult
-from pasu.models.intent_reader import IntentReader
+
+if TYPE_CHECKING:  # scikit-learn loads only with a reader (load_device_model), not with every DeviceModel
+    from pasu.models.intent_reader import IntentReader
 
 
 def intent_confidence(hypothesis: Hypothesis) -> float:
@@ -35,16 +38,15 @@ class IntentMixture:
 
     def __init__(self, reader: IntentReader):
         self.reader = reader
-        self.classes = reader.classes
-        self._index = {intent: i for i, intent in enumerate(self.classes)}
 
     def reading(self, slu: SluResult, confidence: float) -> tuple[str, float]:
         """The mixture's most probable intent for the decoder's reading `slu`, and its probability."""
-        mixture = (1.0 - confidence) * self.reader.distribution([slu.text], self.classes)[0]
-        own = confidence + (float(mixture[self._index[slu.intent]]) if slu.intent in self._index else 0.0)
+        reader = self.reader
+        mixture = (1.0 - confidence) * reader.distribution([slu.text], reader.classes)[0]
+        own = confidence + (float(mixture[reader.index[slu.intent]]) if slu.intent in reader.index else 0.0)
         best = int(mixture.argmax())
         # ties go to the decoder, whose intent may be one the training sentences never had
-        return (slu.intent, own) if own >= mixture[best] else (self.classes[best], float(mixture[best]))
+        return (slu.intent, own) if own >= mixture[best] else (reader.classes[best], float(mixture[best]))
 
 
 class IntentAgreementOfframp:

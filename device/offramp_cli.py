@@ -57,25 +57,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pasu.device.intent_offramp import IntentMixture
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
         OfframpTrainOptions,
         answer_intent_accuracy,
         fit_offramps,
         intent_offramp,
+        load_device_model,
         save_offramps,
     )
-    from pasu.device.runtime import DeviceModel
-    from pasu.models.intent_reader import IntentReader
 
     logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
-    model = DeviceModel.from_folder(args.model)  # replays the split, and reads pilots' tokens for the intent check
-    # the replays answer as the agent will: with this reader, as saved (float16 weights)
-    model.intent_mixture = IntentMixture(IntentReader.load(fit_intent_reader(args.corpus).save(out)))
+    fit_intent_reader(args.corpus).save(out)
+    # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
+    # pilots' tokens for the intent check
+    model = load_device_model(args.model, out)
     samples = collect_split(model, args.corpus, args.split, utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None

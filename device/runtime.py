@@ -7,16 +7,19 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pasu.device.decoding.search import BeamSearch, Hypothesis
 from pasu.device.encoding import EncoderStream, open_stream
-from pasu.device.intent_offramp import IntentMixture, intent_confidence
+from pasu.device.intent_offramp import intent_confidence
 from pasu.models.recognizer import DecodingOptions, banned_token_ids, espnet_beam_search, packaged_weights_id
 from pasu.models.targets import decode_target
 
 from pasu.metrics import SluResult
+
+if TYPE_CHECKING:
+    from pasu.device.intent_offramp import IntentMixture
 
 
 class DeviceModel:

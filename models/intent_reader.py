@@ -37,12 +37,8 @@ class IntentReader:
         self.vectorizer = vectorizer
         self.classifier = classifier
         self.options = options
-        self._index = {intent: i for i, intent in enumerate(classifier.classes_)}
-
-    @property
-    def classes(self) -> list[str]:
-        """The intents it knows, in the order `distribution` gives them when asked for all."""
-        return [str(c) for c in self.classifier.classes_]
+        self.classes = [str(c) for c in classifier.classes_]  # the intents it knows, in its columns' order
+        self.index = {intent: i for i, intent in enumerate(self.classes)}  # intent -> its column
 
     def digest(self) -> str:
         """12 hex digits naming exactly these weights as saved (the same before and after a save and load)."""
@@ -62,7 +58,7 @@ class IntentReader:
     def probabilities(self, texts: Sequence[str], intents: Sequence[str]) -> np.ndarray:
         """P(intent_i | text_i) for each pair; 0 for an intent the training sentences never had."""
         p = self.classifier.predict_proba(self.vectorizer.transform(texts))
-        return np.array([p[i, self._index[intent]] if intent in self._index else 0.0
+        return np.array([p[i, self.index[intent]] if intent in self.index else 0.0
                          for i, intent in enumerate(intents)])
 
     def distribution(self, texts: Sequence[str], classes: Sequence[str]) -> np.ndarray:
@@ -70,14 +66,14 @@ class IntentReader:
         p = self.classifier.predict_proba(self.vectorizer.transform(texts))
         out = np.zeros((len(texts), len(classes)))
         for j, intent in enumerate(classes):
-            if intent in self._index:
-                out[:, j] = p[:, self._index[intent]]
+            if intent in self.index:
+                out[:, j] = p[:, self.index[intent]]
         return out
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        meta = {"options": asdict(self.options), "classes": [str(c) for c in self.classifier.classes_],
+        meta = {"options": asdict(self.options), "classes": self.classes,
                 "vocabulary": {term: int(i) for term, i in self.vectorizer.vocabulary_.items()}}
         (folder / READER_FILES[0]).write_text(json.dumps(meta))
         np.savez_compressed(folder / READER_FILES[1], **self._saved_arrays())
