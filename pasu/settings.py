@@ -25,3 +25,11 @@ SHIPPED_MODELS = REPO_ROOT / "models" / "shipped"
 def shipped_model(name: str) -> Path:
     """The shipped model folder `name` (device, cloud, baseline_branchformer, ...)."""
     return SHIPPED_MODELS / name
+
+# Files derived from shipped ones and built once (e.g. Whisper with an adapted decoder): $PASU_CACHE.
+CACHE_ENV = "PASU_CACHE"
+
+
+def cache_dir() -> Path:
+    """Where derived files are built once and reused: $PASU_CACHE, else ~/.cache/pasu."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "pasu")
