@@ -321,6 +321,10 @@ def _register_lm(sub: argparse._SubParsersAction) -> None:
     ngram.set_defaults(run=_lm_ngram)
 
 
+# `pasu whisper adapt` flags that override AdaptOptions fields of the same name
+_ADAPT_FLAGS = ("train_utterances", "dev_utterances", "batch_size", "max_steps", "max_minutes", "threads", "seed")
+
+
 def _register_whisper(sub: argparse._SubParsersAction) -> None:
     from pasu.models.whisper_adapt import AdaptOptions  # for the defaults in the help
 
@@ -343,7 +347,7 @@ def _register_whisper(sub: argparse._SubParsersAction) -> None:
     adapt.add_argument("--corpus", type=Path, required=True, help="corpus folder (train and dev splits)")
     adapt.add_argument("--exp", type=Path, required=True, help="working folder (encodings, checkpoints); reused to resume")
     adapt.add_argument("--out", type=Path, required=True, help="the .npz of adapted decoder variables to write")
-    for name in ("train_utterances", "dev_utterances", "batch_size", "max_steps", "max_minutes", "threads", "seed"):
+    for name in _ADAPT_FLAGS:
         default = getattr(AdaptOptions(), name)
         adapt.add_argument("--" + name.replace("_", "-"), type=float if name == "max_minutes" else int,
                            default=None, help=f"default: {'no limit' if default is None else default}")
@@ -354,8 +358,7 @@ def _register_whisper(sub: argparse._SubParsersAction) -> None:
 def _whisper_adapt(args: argparse.Namespace) -> int:
     from pasu.models.whisper_adapt import AdaptOptions, adapt
 
-    given = {name: getattr(args, name) for name in ("train_utterances", "dev_utterances", "batch_size", "max_steps",
-                                                     "max_minutes", "threads", "seed") if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in _ADAPT_FLAGS if getattr(args, name) is not None}
     options = dataclasses.replace(AdaptOptions(), **given)
     if args.lr is not None:
         options = dataclasses.replace(options, optim=dataclasses.replace(options.optim, lr=args.lr))

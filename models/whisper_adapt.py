@@ -61,11 +61,11 @@ class EncodedSplit:
         self.path = exp_dir / f"encoded-{split}.f16"
         self.index_path = exp_dir / f"encoded-{split}.json"
         self.utterances = utterances
-        ids = [u.id for u in utterances]
-        if self.index_path.exists() and json.loads(self.index_path.read_text())["ids"] != ids:
+        self.ids = [u.id for u in utterances]
+        if self.index_path.exists() and json.loads(self.index_path.read_text())["ids"] != self.ids:
             raise ValueError(f"{self.index_path} holds other utterances: use another --exp or delete it")
         mode = "r+" if self.path.exists() else "w+"
-        self.array = np.memmap(self.path, dtype=np.float16, mode=mode, shape=(len(ids), FRAMES, WIDTH))
+        self.array = np.memmap(self.path, dtype=np.float16, mode=mode, shape=(len(self.ids), FRAMES, WIDTH))
 
     def done(self) -> int:
         return json.loads(self.index_path.read_text())["done"] if self.index_path.exists() else 0
@@ -78,7 +78,7 @@ class EncodedSplit:
             self.array[i] = np.asarray(recognizer._encode(read_audio(self.utterances[i].audio)), dtype=np.float16)[0]
             if (i + 1) % 100 == 0 or i + 1 == len(self.utterances):
                 self.array.flush()
-                self.index_path.write_text(json.dumps({"ids": [u.id for u in self.utterances], "done": i + 1}))
+                self.index_path.write_text(json.dumps({"ids": self.ids, "done": i + 1}))
 
     def batch(self, rows: list[int]) -> torch.Tensor:
         return torch.from_numpy(np.stack([self.array[i] for i in rows]).astype(np.float32))
