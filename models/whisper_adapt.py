@@ -40,7 +40,9 @@ FRAMES, WIDTH = 1500, 384  # tiny's encoder output per 30-s window
 
 @dataclass(frozen=True)
 class AdaptOptions:
-    train_utterances: int = 6000  # a seeded random subset of train (encoding costs ~0.1 s each, 1.2 MB on disk)
+    # a seeded random subset of train (encoding costs ~0.23 s each, 1.2 MB on disk); a larger count keeps the
+    # smaller one's utterances first, so the encodings on disk are kept and only the new ones are encoded
+    train_utterances: int = 6000
     dev_utterances: int = 200  # the first of dev, for the teacher-forced loss that picks best.pt
     batch_size: int = 16  # utterances per step
     max_steps: int = 1000  # optimizer steps (the schedule decays to 0 there)
@@ -54,21 +56,48 @@ class AdaptOptions:
     threads: int = 2  # torch and CTranslate2 threads
 
 
+def nested_sample(items: list[Utterance], count: int, seed: int) -> list[Utterance]:
+    """A seeded random subset whose first k items are the subset of size k, for every k <= count.
+
+    random.sample is not (it switches algorithm with the count); this draws as its set-based branch does, so
+    the 4,000 utterances a run with random.sample(items, 4000) chose, for 36,000 items, are still the first.
+    """
+    rng, chosen, taken = random.Random(seed), [], set()
+    while len(chosen) < min(count, len(items)):
+        j = rng.randrange(len(items))
+        if j not in taken:
+            taken.add(j)
+            chosen.append(items[j])
+    return chosen
+
+
 class EncodedSplit:
-    """Whisper's encoder output for a list of utterances, on disk as float16 [N, 1500, 384] (memory-mapped)."""
+    """Whisper's encoder output for a list of utterances, on disk as float16 [N, 1500, 384] (memory-mapped).
+
+    A cache written for a prefix of `utterances` grows to hold them all, one written for more serves its first
+    rows (nested_sample draws such lists); any other is refused.
+    """
 
     def __init__(self, exp_dir: Path, split: str, utterances: list[Utterance]):
         self.path = exp_dir / f"encoded-{split}.f16"
         self.index_path = exp_dir / f"encoded-{split}.json"
         self.utterances = utterances
         self.ids = [u.id for u in utterances]
-        if self.index_path.exists() and json.loads(self.index_path.read_text())["ids"] != self.ids:
-            raise ValueError(f"{self.index_path} holds other utterances: use another --exp or delete it")
+        shape = (len(self.ids), FRAMES, WIDTH)
+        if self.index_path.exists():
+            stored = json.loads(self.index_path.read_text())
+            common = min(len(stored["ids"]), len(self.ids))
+            if stored["ids"][:common] != self.ids[:common]:
+                raise ValueError(f"{self.index_path} holds other utterances: use another --exp or delete it")
+            if len(stored["ids"]) < len(self.ids):
+                with open(self.path, "r+b") as f:
+                    f.truncate(int(np.prod(shape)) * 2)  # float16; the new rows read as zeros until encoded
+                self.index_path.write_text(json.dumps({"ids": self.ids, "done": stored["done"]}))
         mode = "r+" if self.path.exists() else "w+"
-        self.array = np.memmap(self.path, dtype=np.float16, mode=mode, shape=(len(self.ids), FRAMES, WIDTH))
+        self.array = np.memmap(self.path, dtype=np.float16, mode=mode, shape=shape)
 
     def done(self) -> int:
-        return json.loads(self.index_path.read_text())["done"] if self.index_path.exists() else 0
+        return min(json.loads(self.index_path.read_text())["done"], len(self.ids)) if self.index_path.exists() else 0
 
     def fill(self, recognizer: WhisperRecognizer, desc: str) -> None:
         """Encode what is not encoded yet, saving progress every 100 windows."""
@@ -92,7 +121,7 @@ def adapt(folder: Path, corpus: Path, exp_dir: Path, out: Path, options: AdaptOp
     weights = dataclasses.replace(read_weights(folder), decoder_adaptation="")  # always adapt the original
     recognizer = WhisperRecognizer(load_model(weights, cpu_threads=options.threads), weights)
     everything = load_split(corpus, "train")
-    train_rows = random.Random(options.seed).sample(everything, min(options.train_utterances, len(everything)))
+    train_rows = nested_sample(everything, options.train_utterances, options.seed)
     train = EncodedSplit(exp_dir, "train", train_rows)
     dev = EncodedSplit(exp_dir, "dev", load_split(corpus, "dev")[: options.dev_utterances])
     dev.fill(recognizer, "encode dev")

@@ -106,3 +106,31 @@ def _plain_folder(tmp_path):
     plain.mkdir()
     (plain / CONFIG_FILE).write_text(yaml.safe_dump({"compute_type": "float32", "beam_size": 1}))
     return plain
+
+
+def test_a_larger_subset_keeps_the_smaller_one_first_and_matches_random_sample():
+    import random
+
+    from pasu.models.whisper_adapt import nested_sample
+
+    items = list(range(36000))
+    assert nested_sample(items, 4000, seed=0) == random.Random(0).sample(items, 4000)  # what earlier runs encoded
+    assert nested_sample(items, 9000, seed=0)[:4000] == nested_sample(items, 4000, seed=0)
+    assert sorted(nested_sample(items[:10], 50, seed=1)) == items[:10]
+
+
+def test_the_encoding_cache_grows_keeping_what_it_holds(adapted, tmp_path):
+    from pasu.models.whisper_adapt import EncodedSplit
+
+    corpus, _, _ = adapted
+    utterances = load_split(corpus, "train")
+    small = EncodedSplit(tmp_path, "train", utterances[:2])
+    small.array[:] = 1.0
+    small.array.flush()
+    (tmp_path / "encoded-train.json").write_text(json.dumps({"ids": small.ids, "done": 2}))
+    grown = EncodedSplit(tmp_path, "train", utterances[:5])
+    assert grown.done() == 2 and grown.array.shape[0] == 5
+    assert np.all(grown.array[:2] == 1.0) and np.all(grown.array[2:] == 0.0)
+    assert EncodedSplit(tmp_path, "train", utterances[:1]).done() == 1
+    with pytest.raises(ValueError, match="other utterances"):
+        EncodedSplit(tmp_path, "train", utterances[1:4])
