@@ -137,8 +137,8 @@ class RoutingOptions:
     # model's calibrated Offload-M)
     intent_threshold: float = 0.32
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
-    # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/8: for slow
-    # uplinks; costs some accuracy and tens of ms of encoding)
+    # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/4: for slow
+    # uplinks; costs a little accuracy and tens of ms of encoding)
     encoding: Encoding = "pcm16"
 
     def make_policy(self, intent: Offramp | None = None) -> Policy:

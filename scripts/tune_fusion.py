@@ -89,7 +89,7 @@ def main() -> None:
     fusion = Fusion(rows)
     every = np.arange(len(rows))
     w = read_weights(args.cloud)
-    shipped = (w.whisper_weight, w.second_opinion_weight, w.lm_weight, w.word_bonus)
+    shipped = (w.whisper_weight, w.second_opinion_weight, w.lm_weight if w.rescore_lm else 0.0, w.word_bonus)
     print(f"{len(rows)} utterances")
     print(f"shipped weights {shipped}: WER {fusion.wer(shipped, every):.4f}")
     best = fusion.best(every)
