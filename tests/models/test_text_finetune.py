@@ -84,3 +84,30 @@ def test_an_adaptation_of_another_model_is_refused(tmp_path):
     np.savez(tmp_path / "other.npz", **{"encoder.layer.0.attention.self.query.weight": np.zeros((2, 2), np.float16)})
     with pytest.raises(ValueError, match="transformer layers"):
         SentenceEncoder(adaptation=tmp_path / "other.npz")
+
+
+def _pasu(*argv: str) -> int:
+    from pasu.cli import build_parser
+
+    args = build_parser().parse_args(list(argv))
+    return args.run(args)
+
+
+def test_the_cli_fine_tunes_on_the_project_samples_and_says_so_in_the_card(tmp_path, capsys):
+    from pasu.corpus.text import samples_dir
+
+    out = tmp_path / "text_intent"
+    assert _pasu("text-intent", "train", "--data-dir", str(samples_dir()), "--out", str(out),
+                 "--fine-tune-epochs", "2") == 0
+    assert "SLURP test gold transcripts" in capsys.readouterr().out
+    assert (out / ENCODER_ADAPTATION_FILE).is_file()
+    card = (out / "README.md").read_text()
+    assert "fine-tuned with the two read-outs" in card and "--fine-tune-epochs 2" in card
+    assert TextIntentClassifier.load(out).encoder.adapted
+
+
+def test_the_cli_refuses_an_embeddings_cache_with_fine_tuning(tmp_path):
+    with pytest.raises(SystemExit, match="cannot serve --fine-tune-epochs"):
+        _pasu("text-intent", "train", "--out", str(tmp_path / "x"), "--fine-tune-epochs", "1",
+              "--embeddings-cache", str(tmp_path / "cache.npz"))
+    assert not (tmp_path / "x").exists()
