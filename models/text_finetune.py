@@ -111,8 +111,7 @@ def fine_tune(encoder: SentenceEncoder, sentences: Sequence[Sentence],
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
-    encoder.round_to_stored_precision()  # what is measured next is what is saved and served
-    encoder.adapted = True
+    encoder.adopt_trained_layers()  # float16: what is measured next is what is saved and served
     slotted = [e for e in examples if e.bio is not None]
     return Heads(intents, options.intent_scale * _numpy(intent_head.weight), _numpy(intent_head.bias), labels,
                  _numpy(slot_head.weight),

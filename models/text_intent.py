@@ -147,12 +147,14 @@ class SentenceEncoder:
         return {name: tensor.detach().numpy().astype(np.float16)
                 for name, tensor in self.model.state_dict().items() if name.startswith(ADAPTED_PREFIX)}
 
-    def round_to_stored_precision(self) -> None:
-        """Round the adapted weights to float16 in place, so the model in memory is the one a file would hold."""
+    def adopt_trained_layers(self) -> None:
+        """Take the layers fine-tuning left in the model as this encoder's adaptation, rounded to float16 in place
+        so that the model in memory is the one its file holds."""
         import torch
 
         self.model.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in self.adapted_state().items()},
                                    strict=False)
+        self.adapted = True
 
     def _load_adaptation(self, path: Path) -> None:
         import torch
@@ -288,13 +290,7 @@ class TextIntentClassifier:
         texts = [normalize_text(t) for t in texts]
         lr = LogisticRegression(C=options.c, max_iter=options.max_iter).fit(encoder.encode(texts), list(intents))
         weights, bias = class_weights(lr)
-        reader = None
-        if options.tfidf_weight > 0:
-            try:
-                reader = IntentReader.fit(texts, list(intents))
-            except ValueError as e:  # scikit-learn: "After pruning, no terms remain"
-                raise ValueError(f"the TF-IDF reader found no word n-gram in enough of the {len(texts)} training "
-                                 "sentences: give more sentences, or train with tfidf_weight 0") from e
+        reader = _fit_reader(texts, intents, options)
         info = {"train": {"sentences": len(texts), "intents": len(lr.classes_), "options": asdict(options)}}
         return cls([str(c) for c in lr.classes_], weights, bias, encoder, info, reader=reader,
                    reader_weight=options.tfidf_weight)
@@ -367,6 +363,17 @@ class TextIntentClassifier:
                    reader_weight=float(config.get("tfidf_weight", 0.0)))
 
 
+def _fit_reader(texts: Sequence[str], intents: Sequence[str], options: TrainOptions) -> IntentReader | None:
+    """The TF-IDF reader on normalized `texts`, or None when options.tfidf_weight is 0."""
+    if options.tfidf_weight <= 0:
+        return None
+    try:
+        return IntentReader.fit(list(texts), list(intents))
+    except ValueError as e:  # scikit-learn: "After pruning, no terms remain"
+        raise ValueError(f"the TF-IDF reader found no word n-gram in enough of the {len(texts)} training "
+                         "sentences: give more sentences, or train with tfidf_weight 0") from e
+
+
 def _weight_files(config: dict[str, Any]) -> list[str]:
     """The files whose bytes decide the intent (the model id's digest): the read-out's, the reader's, the encoder's."""
     return [WEIGHTS_FILE, *(READER_FILES if "tfidf_weight" in config else ()),
@@ -421,9 +428,7 @@ def fine_tuned_classifier(sentences: Sequence[Sentence], encoder: SentenceEncode
     from pasu.models.text_finetune import fine_tune
 
     heads = fine_tune(encoder, sentences, options.fine_tune)
-    reader = None
-    if options.tfidf_weight > 0:
-        reader = IntentReader.fit([normalize_text(s.text) for s in sentences], [s.intent for s in sentences])
+    reader = _fit_reader([normalize_text(s.text) for s in sentences], [s.intent for s in sentences], options)
     info = {"train": {"sentences": len(sentences), "intents": len(heads.intents), "options": asdict(options)}}
     classifier = TextIntentClassifier(heads.intents, heads.intent_weights, heads.intent_bias, encoder, info,
                                       reader=reader, reader_weight=options.tfidf_weight)

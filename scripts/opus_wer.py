@@ -15,19 +15,24 @@ import soundfile
 import torch
 from tqdm import tqdm
 
+from pasu.cloud.validation import AudioLimits, decode_audio
+from pasu.device.cloud_client import encode_audio
 from pasu.metrics import corpus_wer
 from pasu.models.data import dev_subset, load_split, read_audio
 from pasu.models.whisper_recognizer import WhisperRecognizer
+from pasu.protos import slu_pb2
+
+LIMITS = AudioLimits(sample_rate=16000, min_seconds=0.0, max_seconds=60.0)
 
 
 def through_opus(waveform: np.ndarray, level: float | None) -> tuple[np.ndarray, int]:
-    """The waveform after an Opus round trip at `level` (None: libsndfile's default), and the file's bytes."""
-    pcm = np.round(np.clip(waveform, -1.0, 32767 / 32768) * 32768.0).astype(np.int16)
+    """The waveform as the server decodes it after an Opus upload at `level` (None: libsndfile's default), and
+    the file's bytes; the samples are the device's 16-bit ones (`encode_audio`), only the level differs."""
+    pcm = np.frombuffer(encode_audio(waveform, "pcm16")[1], "<i2")
     buffer = io.BytesIO()
     soundfile.write(buffer, pcm, 16000, format="OGG", subtype="OPUS", compression_level=level)
-    size = buffer.tell()
-    buffer.seek(0)
-    return soundfile.read(buffer, dtype="float32")[0], size
+    data = buffer.getvalue()
+    return decode_audio(slu_pb2.OGG_OPUS, 16000, data, LIMITS), len(data)
 
 
 def main() -> None:
