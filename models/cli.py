@@ -147,8 +147,33 @@ def _register_text_intent(sub: argparse._SubParsersAction) -> None:
                        help="fine-tune the encoder's transformer layers with the intent and slot read-outs for this "
                             "many epochs (models/text_finetune.py; about a minute an epoch on 2 cores) instead of fitting "
                             "read-outs on the frozen encoder")
+    train.add_argument("--heard", type=Path, default=None, metavar="JSONL",
+                       help="with --fine-tune-epochs: also train the intent read-out on these recognizer transcripts "
+                            "of training audio, each with its gold intent (`pasu text-intent hear`)")
+    train.add_argument("--heard-nbest", type=int, default=1,
+                       help="hypotheses of each heard utterance to train on, best first (default: 1)")
     train.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     train.set_defaults(run=_text_intent_train)
+
+    hear = commands.add_parser(
+        "hear", help="transcribe training audio with the cloud's Whisper, for `train --heard`",
+        description="Write Whisper's n-best (the cloud folder's beam and adapted decoder, without the second opinion,\n"
+                    "which trained on this audio) for a seeded sample of the corpus's training utterances, one JSONL\n"
+                    "row each with the gold labels (models/heard.py). An interrupted run resumes.",
+        epilog="Example (the shipped text pass's; --encoded reuses `pasu whisper adapt`'s encodings, else about 4\n"
+               "utterances a second):\n"
+               "  pasu text-intent hear --cloud models/shipped/cloud --corpus data/corpus-full --utterances 10000 \\\n"
+               "      --encoded exp/whisper-adapt --out data/heard-train.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    hear.add_argument("--cloud", type=Path, default=None, help="Whisper model folder (default: models/shipped/cloud)")
+    hear.add_argument("--corpus", type=Path, required=True, help="corpus folder (its train.jsonl and audio)")
+    hear.add_argument("--out", type=Path, required=True, help="JSONL to write or complete")
+    hear.add_argument("--utterances", type=int, default=None, help="training utterances to hear (default: 10,000)")
+    hear.add_argument("--nbest", type=int, default=None, help="hypotheses kept per utterance (default: 3)")
+    hear.add_argument("--encoded", type=Path, default=None, metavar="EXPDIR",
+                      help="a `pasu whisper adapt --exp` folder whose train encodings to use and grow")
+    hear.add_argument("--threads", type=int, default=None, help="CTranslate2 threads (default: 2)")
+    hear.set_defaults(run=_text_intent_hear)
 
     predict = commands.add_parser(
         "predict", help="print the intent and its probability for each text",
@@ -242,6 +267,7 @@ def _branches(args: argparse.Namespace) -> int:
 def _text_intent_train(args: argparse.Namespace) -> int:
     import torch
 
+    from pasu.models.heard import heard_sentences
     from pasu.models.text_intent import REFERENCES, CachedEncoder, TrainOptions, shared_encoder, train_on_corpus
 
     if args.threads:
@@ -250,6 +276,8 @@ def _text_intent_train(args: argparse.Namespace) -> int:
 
     if args.fine_tune_epochs is not None and args.embeddings_cache is not None:
         raise SystemExit("--embeddings-cache holds the frozen encoder's embeddings: it cannot serve --fine-tune-epochs")
+    if args.heard is not None and args.fine_tune_epochs is None:
+        raise SystemExit("--heard transcripts train the fine-tuned encoder's intent read-out: add --fine-tune-epochs")
     options = TrainOptions(**{k: v for k, v in (("c", args.c), ("tfidf_weight", args.tfidf_weight)) if v is not None})
     if args.fine_tune_epochs is not None:
         options = dataclasses.replace(options, fine_tune=FineTuneOptions(epochs=args.fine_tune_epochs))
@@ -258,7 +286,10 @@ def _text_intent_train(args: argparse.Namespace) -> int:
     flags = [("--out", args.out), ("--data-dir", args.data_dir), ("--c", args.c), ("--tfidf-weight", args.tfidf_weight),
              ("--fine-tune-epochs", args.fine_tune_epochs)]
     command = "pasu text-intent train " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags if v is not None)
-    classifier = train_on_corpus(args.out, encoder, args.data_dir, options, command)
+    heard = heard_sentences(args.heard, args.heard_nbest) if args.heard else []
+    if heard:
+        command += f" --heard {shlex.quote(str(args.heard))} --heard-nbest {args.heard_nbest}"
+    classifier = train_on_corpus(args.out, encoder, args.data_dir, options, command, heard)
     accuracy, counts = classifier.info["accuracy"], classifier.info["evaluated"]
     print(f"trained on {classifier.info['train']['sentences']:,} sentences, {len(classifier.classes)} intents")
     for split, value in accuracy.items():
@@ -268,6 +299,17 @@ def _text_intent_train(args: argparse.Namespace) -> int:
         for split, value in classifier.slots.info["slu_f1"].items():
             print(f"slot tagger SLU-F1, SLURP {split} gold transcripts: {100 * value:.1f}%")
     print(f"wrote {args.out}")
+    return 0
+
+
+def _text_intent_hear(args: argparse.Namespace) -> int:
+    from pasu.models.heard import HearOptions, hear_training_audio
+    from pasu.settings import shipped_model
+
+    given = {"utterances": args.utterances, "nbest": args.nbest, "threads": args.threads}
+    options = HearOptions(**{k: v for k, v in given.items() if v is not None})
+    out = hear_training_audio(args.cloud or shipped_model("cloud"), args.corpus, args.out, options, args.encoded)
+    print(f"wrote {out}")
     return 0
 
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 from scipy.special import log_softmax, softmax
 
-from pasu.corpus.text import Sentence, load_corpus_text, normalize_text
+from pasu.corpus.text import HEARD_SOURCE, Sentence, load_corpus_text, normalize_text
 from pasu.metrics import intent_accuracy
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.models.text_slots import WEIGHTS_FILE as SLOTS_WEIGHTS_FILE
@@ -394,23 +394,28 @@ def _load_slots(folder: Path, config: dict[str, Any] | None, encoder: Encoder) -
 
 
 def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os.PathLike | None = None,
-                    options: TrainOptions = TrainOptions(), command: str = "") -> TextIntentClassifier:
+                    options: TrainOptions = TrainOptions(), command: str = "",
+                    heard: Sequence[Sentence] = ()) -> TextIntentClassifier:
     """Train on the corpus's training text, score SLURP test and devel gold transcripts, save with a model card.
 
     The training sentences are exactly those of `pasu corpus build` (`load_corpus_text`: SLURP train text
-    labelled through HWU64 and slurpfood, plus HWU64 sentences outside SLURP devel/test). With
-    `options.fine_tune`, a fresh encoder is fine-tuned (`encoder` is not used: it may be the shared one).
+    labelled through HWU64 and slurpfood, plus HWU64 sentences outside SLURP devel/test), plus `heard`
+    (recognizer transcripts of training audio, models/heard.py), which train the encoder's intent read-out only.
+    With `options.fine_tune`, a fresh encoder is fine-tuned (`encoder` is not used: it may be the shared one).
     """
+    if heard and options.fine_tune is None:
+        raise ValueError("heard transcripts train the fine-tuned encoder's intent read-out: fine-tune with them")
     text = load_corpus_text(data_dir)
+    sentences = list(text.train) + list(heard)
     if options.fine_tune is not None:
-        classifier = fine_tuned_classifier(text.train, SentenceEncoder(), options)
+        classifier = fine_tuned_classifier(sentences, SentenceEncoder(), options)
     else:
         classifier = TextIntentClassifier.train([s.text for s in text.train], [s.intent for s in text.train],
                                                 encoder, options)
         slotted = [(s.text, s.slots) for s in text.train if s.slots is not None]
         if slotted:  # the slot tagger reads the same encoder's token states
             classifier.slots = SlotTagger.train(slotted, encoder)
-    classifier.info["train"]["sources"] = dict(Counter(s.source for s in text.train))
+    classifier.info["train"]["sources"] = dict(Counter(s.source for s in sentences))
     classifier.info["accuracy"] = {"test": classifier.accuracy(text.test), "dev": classifier.accuracy(text.dev)}
     classifier.info["evaluated"] = {"test": len(text.test), "dev": len(text.dev)}
     classifier.info["command"] = command
@@ -424,11 +429,13 @@ def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os
 
 def fine_tuned_classifier(sentences: Sequence[Sentence], encoder: SentenceEncoder,
                           options: TrainOptions) -> TextIntentClassifier:
-    """`encoder` fine-tuned with the intent and slot read-outs on `sentences`, the TF-IDF reader beside it."""
+    """`encoder` fine-tuned with the intent and slot read-outs on `sentences`, the TF-IDF reader beside it (on the
+    written sentences: a recognizer's garbled words are the encoder's to learn, not n-grams to weigh)."""
     from pasu.models.text_finetune import fine_tune
 
     heads = fine_tune(encoder, sentences, options.fine_tune)
-    reader = _fit_reader([normalize_text(s.text) for s in sentences], [s.intent for s in sentences], options)
+    written = [s for s in sentences if s.source != HEARD_SOURCE]
+    reader = _fit_reader([normalize_text(s.text) for s in written], [s.intent for s in written], options)
     info = {"train": {"sentences": len(sentences), "intents": len(heads.intents), "options": asdict(options)}}
     classifier = TextIntentClassifier(heads.intents, heads.intent_weights, heads.intent_bias, encoder, info,
                                       reader=reader, reader_weight=options.tfidf_weight)
@@ -464,6 +471,9 @@ def model_card(classifier: TextIntentClassifier) -> str:
         f"{train['sentences']:,} sentences with intent labels ({sources}): the training text of `pasu corpus build`",
         "(`pasu.corpus.text.load_corpus_text`: SLURP's training text labelled through HWU64 and slurpfood, plus HWU64",
         "sentences outside SLURP devel/test). No SLURP devel or test sentence is in it.",
+        *(["", "`heard`: Whisper's transcripts of training utterances (`pasu text-intent hear`, models/heard.py) that",
+           "differ from their words, each with its utterance's gold intent; they train the intent only."]
+          if "heard" in train.get("sources", {}) else []),
         "",
         "## Recipe",
         "",

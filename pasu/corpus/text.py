@@ -41,7 +41,8 @@ from typing import Iterable, Sequence
 from pasu.settings import SHARED_DATA_ENV, shared_data_dir
 from pasu.slu import Slot, parse_annotation
 
-SOURCES = ("slurp_devel", "slurp_test", "slurp_train", "hwu64")
+HEARD_SOURCE = "heard"  # a recognizer's transcript of a training utterance, with its gold labels (models/heard.py)
+SOURCES = ("slurp_devel", "slurp_test", "slurp_train", "hwu64", HEARD_SOURCE)
 
 # Each input file, relative to the data folder, and where its public original lives.
 DEVEL = "slurp/devel.jsonl"
