@@ -7,8 +7,10 @@ recognizer's kind of errors. The hearing is Whisper's beam alone, with the decod
 
 The result is a JSONL file, one row per utterance: {"id", "text" (the gold words), "scenario", "action", "intent",
 "texts": Whisper's n-best, best first}. Heard transcripts carry no slot labels (their values need not be in the
-words): they train the intent only.
-An interrupted run resumes (rows already written are kept).
+words): they train the intent only. An interrupted run resumes (rows already written are kept).
+
+Measured (README, the text pass): with 10,000 heard utterances the cloud's intent accuracy on dev did not rise
+(80.7% vs 82.3% without them), so the shipped text pass trains on written sentences only.
 """
 
 from __future__ import annotations
