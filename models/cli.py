@@ -160,8 +160,8 @@ def _register_text_intent(sub: argparse._SubParsersAction) -> None:
         description="Write Whisper's n-best (the cloud folder's beam and adapted decoder, without the second opinion,\n"
                     "which trained on this audio) for a seeded sample of the corpus's training utterances, one JSONL\n"
                     "row each with the gold labels (models/heard.py). An interrupted run resumes.",
-        epilog="Example (the shipped text pass's; --encoded reuses `pasu whisper adapt`'s encodings, else about 4\n"
-               "utterances a second):\n"
+        epilog="Example (the 10,000 utterances measured in the README, not used by the shipped text pass; --encoded\n"
+               "reuses `pasu whisper adapt`'s encodings, else about 3 utterances a second):\n"
                "  pasu text-intent hear --cloud models/shipped/cloud --corpus data/corpus-full --utterances 10000 \\\n"
                "      --encoded exp/whisper-adapt --out data/heard-train.jsonl",
         formatter_class=argparse.RawDescriptionHelpFormatter)
