@@ -2,7 +2,7 @@
 replay) on the calibration utterances, weighed by length as the policy weighs them, and the offloading each WER
 target then needs relative to NaiveHybrid; beside them rankings no offramp has (perfect knowledge of a label).
 
-Reads what `pasu offramp train --fit-all` cached in MODEL/offramp (replays-dev-all.jsonl, cloud-dev.json); the
+Reads what `pasu offramp train --fit-all` cached in MODEL/offramp (replays-dev-all.jsonl, replays-dev.jsonl); the
 gain label needs the cloud's transcripts of every dev replay (decoded here once, about 20 minutes, cached).
 
     .venv/bin/python scripts/offramp_labels.py models/shipped/device --cache exp/cloud-dev-all.json
@@ -11,7 +11,6 @@ gain label needs the cloud's transcripts of every dev replay (decoded here once,
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,7 @@ def main() -> None:
     utterances = {u.id: u for u in load_split(args.corpus, "dev")}
     cloud_all = np.array(cloud_word_edits(args.cloud_model, [utterances[s.id] for s in fit], args.cache), float)
     local_all = np.array([s.local_edits for s in fit], float)
-    calibration_ids = set(json.loads((folder / "cloud-dev.json").read_text())["key"]["ids"])
+    calibration_ids = {s.id for s in load_samples(folder / "replays-dev.jsonl")}  # the thresholds' 300
     cal = np.array([i for i, s in enumerate(fit) if s.id in calibration_ids])
     local, cloud = local_all[cal], cloud_all[cal]
     words = np.array([fit[i].ref_words for i in cal], float)
