@@ -86,6 +86,9 @@ DEFAULT_SPECAUG_CONF: dict[str, Any] = dict(
 @dataclass(frozen=True)
 class DataOptions:
     train_split: str = "train"  # manifest name in the corpus folder (<split>.jsonl)
+    # more corpus folders whose `train_split` is trained on too, e.g. `pasu corpus build --train-variant 1`'s
+    # fresh rendering of the same sentences; they must hold out the same voices as the main corpus
+    extra_corpora: tuple[str, ...] = ()
     dev_split: str = "dev"
     batch_seconds: float = 60.0  # padded audio seconds per batch (batch size x longest utterance)
     stats_utterances: int = 500  # training utterances sampled for the global fbank mean/std
@@ -391,7 +394,7 @@ def train(
     random.seed(opts.seed)
     np.random.seed(opts.seed)
 
-    train_utts = load_split(corpus_dir, config.data.train_split)
+    train_utts = training_utterances(corpus_dir, config.data)
     dev_utts = dev_subset(load_split(corpus_dir, config.data.dev_split), config.eval.dev_utterances)
     ckpt_path = exp_dir / "checkpoint.pt"
     init_from = Path(opts.init_from) if opts.init_from and not ckpt_path.exists() else None
@@ -411,6 +414,29 @@ def train(
                  state.batch_in_epoch)
     loop = _Loop(config, model, optimizer, tokenizer, state, train_utts, dev_utts, exp_dir, device)
     return loop.run()
+
+
+def training_utterances(corpus_dir: Path, data: DataOptions) -> list[Utterance]:
+    """The corpus's training manifest followed by those of `data.extra_corpora`."""
+    utterances = load_split(corpus_dir, data.train_split)
+    for extra in map(Path, data.extra_corpora):
+        _check_held_out_voices(corpus_dir, extra)
+        utterances += load_split(extra, data.train_split)
+    return utterances
+
+
+def _check_held_out_voices(corpus_dir: Path, extra: Path) -> None:
+    """An extra corpus that trains on a voice the main corpus holds out would void `test_unseen`."""
+    def held_out(folder: Path) -> list[str] | None:
+        info = folder / "build.json"
+        return json.loads(info.read_text()).get("unseen_voices") if info.is_file() else None
+
+    mine, theirs = held_out(corpus_dir), held_out(extra)
+    if mine is None or theirs is None:
+        log.warning("%s or %s has no build.json: cannot check that they hold out the same voices", corpus_dir, extra)
+    elif sorted(mine) != sorted(theirs):
+        raise ValueError(f"{extra} holds out other voices than {corpus_dir}: training on it would put "
+                         "test_unseen voices in training (build it with the same --seed and --voices)")
 
 
 @contextlib.contextmanager

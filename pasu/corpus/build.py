@@ -50,6 +50,9 @@ class BuildOptions:
     voices: tuple[str, ...] | None = None
     # splits to render (the plan always covers all of them, so a subset is part of the same corpus)
     splits: tuple[str, ...] = SPLITS
+    # > 0: another rendering of the training split, same held-out voices and evaluation splits (plan.make_plan);
+    # a training run reads it beside the first with `data.extra_corpora`
+    train_variant: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def build_corpus(opts: BuildOptions) -> dict:
     voices = list(opts.voices) if opts.voices is not None else tts.usable_voice_ids()
     if not voices:
         raise RuntimeError("no usable TTS voice is installed: run scripts/install_tts.sh")
-    plan = make_plan(text, voices, opts.preset, opts.seed)
+    plan = make_plan(text, voices, opts.preset, opts.seed, opts.train_variant)
     out = opts.out_dir
     _check_or_write_build_info(out, opts, plan, text.summary())
     (out / "shards").mkdir(parents=True, exist_ok=True)
@@ -88,6 +91,7 @@ def _check_or_write_build_info(out: Path, opts: BuildOptions, plan: Plan, text_s
     info = {
         "preset": asdict(opts.preset),
         "seed": opts.seed,
+        "train_variant": opts.train_variant,
         "data_dir": str(opts.data_dir),
         "seen_voices": list(plan.seen_voices),
         "unseen_voices": list(plan.unseen_voices),
@@ -96,10 +100,11 @@ def _check_or_write_build_info(out: Path, opts: BuildOptions, plan: Plan, text_s
     path = out / "build.json"
     if path.exists():
         old = json.loads(path.read_text())
-        keys = ("preset", "seed", "seen_voices", "unseen_voices")
+        keys = ("preset", "seed", "train_variant", "seen_voices", "unseen_voices")
+        old.setdefault("train_variant", 0)  # builds from before variants existed
         if any(old.get(k) != json.loads(json.dumps(info[k])) for k in keys):
             raise RuntimeError(
-                f"{out} holds a build with another preset, seed or voice set; choose another --out or delete it")
+                f"{out} holds a build with another preset, seed, variant or voice set; choose another --out or delete it")
         return
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(path, json.dumps(info, indent=2))
@@ -253,16 +258,10 @@ def _render_babble(out: Path, plan: Plan, seed: int) -> None:
 def _assemble_manifests(out: Path, shards: Sequence[Shard]) -> None:
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     for shard in shards:
-        for row in _read_jsonl(out / "shards" / f"{shard.name}.jsonl"):
-            rows[_split_of(row["id"])].append(row)
+        rows[shard.jobs[0].split].extend(_read_jsonl(out / "shards" / f"{shard.name}.jsonl"))
     for split, split_rows in rows.items():
         split_rows.sort(key=lambda r: r["id"])
         write_manifest(out / f"{split}.jsonl", split_rows)
-
-
-def _split_of(utt_id: str) -> str:
-    # ids are "<split>-<index>-<digest>"; split names contain no "-"
-    return utt_id.rsplit("-", 2)[0]
 
 
 def write_manifest(path: Path, rows: Sequence[dict]) -> None:

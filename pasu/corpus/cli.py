@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--samples", action="store_true",
                        help="use the small sample text shipped with PASU instead of the shared SLURP text")
     build.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    build.add_argument("--train-variant", type=int, default=0,
+                       help="N > 0: render the training split afresh (voices, prosody, augmentation) keeping the "
+                            "held-out voices and evaluation splits of --seed; train on it beside the first with "
+                            "--set 'data.extra_corpora=[FOLDER]' (default: 0)")
     build.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
     build.add_argument("--voices", type=Path, default=None,
                        help="plan with the voices of this build.json (or a file with one voice id per line) "
@@ -94,6 +98,7 @@ def _build(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     opts = BuildOptions(preset=PRESETS[args.preset], data_dir=data_dir, out_dir=args.out, seed=args.seed,
+                        train_variant=args.train_variant,
                         workers=args.workers or max(1, os.cpu_count() or 1),
                         voices=_voice_list(args.voices) if args.voices else None, splits=splits)
     try:

@@ -101,16 +101,22 @@ def engine_of(voice_id: str) -> str:
     return voice_id.split(":", 1)[0]
 
 
-def make_plan(text: CorpusText, voice_ids: Sequence[str], preset: Preset, seed: int = 0) -> Plan:
-    """Assign every utterance its split, voice, prosody and augmentation seed, reproducibly for `seed`."""
+def make_plan(text: CorpusText, voice_ids: Sequence[str], preset: Preset, seed: int = 0,
+              train_variant: int = 0) -> Plan:
+    """Assign every utterance its split, voice, prosody and augmentation seed, reproducibly for `seed`.
+
+    `train_variant` > 0 deals the training split afresh (sentence order, voices, prosody, augmentation) while the
+    held-out voices and the evaluation splits stay those of `seed`: more varied speech for the same corpus."""
     seen, unseen = split_voices(voice_ids, preset, seed)
     # one random stream per split: the evaluation splits stay the same whatever the training size
     rng = {split: np.random.default_rng([seed, k + 1]) for k, split in enumerate(SPLITS)}
+    if train_variant:
+        rng["train"] = np.random.default_rng([seed, 1, train_variant])
     dev = _take(text.dev, preset.dev_sentences, rng["dev"])
     test = _take(text.test, preset.test_sentences, rng["test"])
     train = _cycle(text.train, preset.train_utterances, rng["train"])
     jobs = (
-        _jobs("train", train, seen, preset, rng["train"])
+        _jobs("train", train, seen, preset, rng["train"], variant=train_variant)
         + _jobs("dev", dev, seen, preset, rng["dev"])
         + _jobs("test", test, seen, preset, rng["test"])
         + _jobs("test_unseen", test, unseen, preset, rng["test_unseen"])
@@ -135,12 +141,12 @@ def _cycle(sentences: Sequence[Sentence], n: int, rng: np.random.Generator) -> l
 
 
 def _jobs(split: str, sentences: Sequence[Sentence], voices: Sequence[str], preset: Preset,
-          rng: np.random.Generator) -> list[Job]:
+          rng: np.random.Generator, variant: int = 0) -> list[Job]:
     assigned = _deal_voices(len(sentences), voices, preset.engine_weights, rng)
     jobs = []
     for i, (sentence, voice) in enumerate(zip(sentences, assigned)):
         jobs.append(Job(
-            utt_id=_utt_id(split, i, sentence, voice),
+            utt_id=_utt_id(f"{split}{variant}" if variant else split, i, sentence, voice),  # ids unique across variants
             split=split,
             sentence=sentence,
             voice_id=voice,

@@ -119,3 +119,19 @@ def test_missing_shared_data_gives_a_clear_message(tmp_path):
     assert proc.returncode == 2
     assert "--samples" in proc.stderr and "nowhere" in proc.stderr
     assert not (tmp_path / "c" / "train.jsonl").exists()
+
+
+def test_a_training_variant_builds_beside_the_corpus_not_into_it(tiny, tmp_path):
+    proc = _pasu("corpus", "build", "--preset", "tiny", "--samples", "--out", str(tiny), "--train-variant", "1")
+    assert proc.returncode != 0
+    assert "variant" in proc.stderr
+
+    out = tmp_path / "variant1"
+    proc = _pasu("corpus", "build", "--preset", "tiny", "--samples", "--out", str(out), "--train-variant", "1",
+                 "--splits", "train", "--workers", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, variant = (json.loads((folder / "build.json").read_text()) for folder in (tiny, out))
+    assert variant["train_variant"] == 1 and variant["unseen_voices"] == first["unseen_voices"]
+    rows, old = read_manifest(out / "train.jsonl"), read_manifest(tiny / "train.jsonl")
+    assert len(rows) == len(old) and {r["id"] for r in rows}.isdisjoint(r["id"] for r in old)
+    assert all((out / r["audio"]).is_file() for r in rows)

@@ -78,3 +78,19 @@ def test_evaluation_splits_do_not_depend_on_the_training_size(text):
     large = make_plan(text, VOICES, replace(PRESETS["tiny"], train_utterances=500), seed=0)
     for split in ("dev", "test", "test_unseen"):
         assert small.jobs_in(split) == large.jobs_in(split)
+
+
+def test_a_training_variant_renders_training_afresh_and_keeps_held_out_voices_and_evaluation(text):
+    first = make_plan(text, VOICES, PRESETS["tiny"], seed=0)
+    variant = make_plan(text, VOICES, PRESETS["tiny"], seed=0, train_variant=1)
+    assert variant.unseen_voices == first.unseen_voices
+    for split in ("dev", "test", "test_unseen"):
+        assert variant.jobs_in(split) == first.jobs_in(split)
+    old, new = first.jobs_in("train"), variant.jobs_in("train")
+    assert len(new) == len(old)
+    counts_old, counts_new = Counter(j.sentence.id for j in old), Counter(j.sentence.id for j in new)
+    assert set(counts_new) == set(counts_old)  # the same sentences, each about as often (whole passes, then part)
+    assert all(abs(counts_new[s] - counts_old[s]) <= 1 for s in counts_old)
+    assert [(j.sentence, j.voice_id, j.seed) for j in new] != [(j.sentence, j.voice_id, j.seed) for j in old]
+    assert {j.utt_id for j in new}.isdisjoint(j.utt_id for j in old)  # both can be trained on together
+    assert all(j.voice_id in variant.seen_voices for j in new)

@@ -27,6 +27,7 @@ from pasu.models.train import (
     learning_rate,
     load_config,
     train,
+    training_utterances,
 )
 
 CONFIGS = Path(__file__).parents[2] / "models" / "configs"
@@ -54,6 +55,27 @@ def tiny_config(**train) -> ExperimentConfig:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return write_synthetic_corpus(tmp_path_factory.mktemp("corpus"), n_train=10, n_dev=3)
+
+
+def test_extra_corpora_add_their_training_utterances_when_they_hold_out_the_same_voices(tmp_path):
+    main = write_synthetic_corpus(tmp_path / "main", n_train=4, n_dev=2)
+    extra = write_synthetic_corpus(tmp_path / "extra", n_train=3, n_dev=2)
+    for folder, unseen in ((main, ["espeak:en+f1"]), (extra, ["espeak:en+f1"])):
+        (folder / "build.json").write_text(json.dumps({"unseen_voices": unseen}))
+    data = DataOptions(extra_corpora=(str(extra),))
+    utterances = training_utterances(main, data)
+    assert len(utterances) == 7
+    assert {u.audio.parent.parent for u in utterances} == {main.resolve(), extra.resolve()}
+    assert all(u.audio.is_file() for u in utterances)
+
+    (extra / "build.json").write_text(json.dumps({"unseen_voices": ["espeak:en+m3"]}))
+    with pytest.raises(ValueError, match="test_unseen voices in training"):
+        training_utterances(main, data)
+
+
+def test_extra_corpora_are_set_from_the_command_line(tmp_path):
+    config = load_config(CONFIGS / "device_late_context.yaml", ["data.extra_corpora=[a, b]"])
+    assert config.data.extra_corpora == ("a", "b")
 
 
 # --- Config and schedule ----------------------------------------------------------------------------
