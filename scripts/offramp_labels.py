@@ -5,7 +5,13 @@ target then needs relative to NaiveHybrid; beside them rankings no offramp has (
 Reads what `pasu offramp train --fit-all` cached in MODEL/offramp (replays-dev-all.jsonl, replays-dev.jsonl); the
 gain label needs the cloud's transcripts of every dev replay (decoded here once, about 20 minutes, cached).
 
-    .venv/bin/python scripts/offramp_labels.py models/shipped/device --cache exp/cloud-dev-all.json
+`--evidence` adds rankings by gradient boosting (out-of-fold) over more than the per-token scores: the pilot's
+aggregates and perplexity; how plausible its words are (a word trigram LM on the training sentences, unknown
+words); the device's CTC posteriors over the whole utterance (frame entropy, low-confidence frames, how far the
+CTC-greedy transcript is from the pilot's); and the audio conditions the corpus recorded (TTS engine, noise,
+SNR, reverberation: known to no device), each fitted to the local word edits or to the cloud's gain.
+
+    .venv/bin/python scripts/offramp_labels.py models/shipped/device --cache exp/cloud-dev-all.json [--evidence]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("data/corpus-full"))
     parser.add_argument("--cache", type=Path, default=Path("exp/cloud-dev-all.json"), help="cloud edits of every dev replay")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--evidence", action="store_true", help="also rank by gradient boosting over richer evidence")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -73,6 +80,91 @@ def main() -> None:
     for bar in (0.1, 0.3):
         row(f"BiLSTM on local WER > {bar}", out_of_fold((local_wer > bar).astype(np.float32)))
     row("BiLSTM on cloud makes fewer edits", out_of_fold(gain))
+    if args.evidence:
+        evidence = {"pilot": pilot_evidence(fit), "words": word_evidence(fit, args.corpus),
+                    "ctc": ctc_evidence(fit, utterances, args.model), "conditions": condition_evidence(fit, args.corpus)}
+        edit_gain = local_all - cloud_all
+        for names in (("pilot",), ("pilot", "words"), ("pilot", "words", "ctc"), ("conditions",),
+                      ("pilot", "words", "ctc", "conditions")):
+            features = np.concatenate([evidence[n] for n in names], axis=1)
+            # already a count of errors: no weighing by length (row divides it back out)
+            row(f"GBM {'+'.join(names)} -> local edits", boosted_out_of_fold(features, local_all)[cal] / seconds)
+            row(f"GBM {'+'.join(names)} -> gain", boosted_out_of_fold(features, edit_gain)[cal] / seconds)
+
+
+def boosted_out_of_fold(features: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """5-fold out-of-fold predictions of a gradient-boosted regressor."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    predictions = np.zeros(len(target))
+    for fitted, held in KFold(5, shuffle=True, random_state=0).split(features):
+        model = HistGradientBoostingRegressor(max_iter=200, learning_rate=0.05, max_leaf_nodes=15, random_state=0)
+        predictions[held] = model.fit(features[fitted], target[fitted]).predict(features[held])
+    return predictions
+
+
+def pilot_evidence(samples: list) -> np.ndarray:
+    """The pilot's per-token scores summed up: mean / min attention and CTC log-probs, length, ended, log PPL."""
+    from pasu.device.offramp_train import ppl_scores
+
+    rows = []
+    for s in samples:
+        f = token_features(s.early)
+        rows.append([f[:, 0].mean(), f[:, 0].min(), f[:, 1].mean(), f[:, 1].min(), len(f), s.duration, s.early.ended])
+    return np.c_[np.array(rows, float), np.log(np.minimum(ppl_scores(samples), 1e6))]
+
+
+def word_evidence(samples: list, corpus: Path) -> np.ndarray:
+    """How plausible the pilot's words are: trigram log-prob per word and in all, unknown words, words."""
+    from pasu.models.ngram_lm import NgramLm, training_sentences
+
+    sentences = training_sentences(corpus)
+    lm, vocabulary = NgramLm.train(sentences, 3), {w for s in sentences for w in s.split()}
+    rows = []
+    for s in samples:
+        words = s.pilot_text.split()
+        logprob = lm.sentence_logprob(" ".join(words))
+        rows.append([logprob / (len(words) + 1), logprob, sum(w not in vocabulary for w in words), len(words)])
+    return np.array(rows, float)
+
+
+@torch.inference_mode()
+def ctc_evidence(samples: list, utterances: dict, model_folder: Path) -> np.ndarray:
+    """The device's CTC posteriors over the whole utterance, and the CTC-greedy transcript against the pilot's."""
+    from pasu.device.runtime import DeviceModel
+    from pasu.metrics import word_edits
+    from pasu.models.data import read_audio
+
+    model = DeviceModel.from_folder(model_folder)
+    rows = []
+    for s in samples:
+        stream = model.open_stream()
+        stream.accept(read_audio(utterances[s.id].audio))
+        encoded = stream.encode()
+        logp = model.model.ctc.log_softmax(encoded if encoded.dim() == 3 else encoded.unsqueeze(0))[0]
+        top, best = logp.exp().max(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        speech = top[best != 0] if (best != 0).any() else torch.zeros(1)
+        greedy = model.read([int(t) for t in torch.unique_consecutive(best) if t != 0]).text
+        rows.append([entropy.mean(), entropy.max(), (top < 0.5).float().mean(), speech.mean(), speech.min(),
+                     (speech < 0.5).float().sum(), word_edits(s.pilot_text, greedy), len(greedy.split())])
+    return np.array(rows, float)
+
+
+def condition_evidence(samples: list, corpus: Path) -> np.ndarray:
+    """What the corpus recorded about each utterance's audio (no device knows it): engine, noise, SNR, room."""
+    import json
+
+    rows = {r["id"]: r for r in map(json.loads, (corpus / "dev.jsonl").read_text().splitlines())}
+    engines = sorted({r["engine"] for r in rows.values()})
+    noises = sorted({r["augmentation"]["noise"].split(":")[0] for r in rows.values()})
+    out = []
+    for s in samples:
+        row, augmentation = rows[s.id], rows[s.id]["augmentation"]
+        snr = augmentation["snr_db"] if augmentation["snr_db"] is not None else 60.0  # clean: far above any SNR
+        out.append([engines.index(row["engine"]), noises.index(augmentation["noise"].split(":")[0]), snr,
+                    augmentation["rir"] != "none", augmentation.get("speed", 1.0), row.get("rate", 1.0)])
+    return np.array(out, float)
 
 
 if __name__ == "__main__":
