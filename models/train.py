@@ -518,6 +518,8 @@ def _prepare_experiment(
         if _model_section(config) != {k: v for k, v in model_config.items() if k not in ("token_list", "stats")}:
             log.warning("model section differs from %s; keeping the stored one (it matches the checkpoint)",
                         cfg_path)
+        # the record (and the packaged card) shows the options this run goes on with, beside its command in run.json
+        _write_resolved(config, model_config, cfg_path)
         return Tokenizer(tok_path), model_config
 
     symbols = target_symbols(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from pasu.models.build import build_asr_model
 from pasu.models.data import SpeechDataset, collate, load_split, sample_global_stats, write_synthetic_corpus
@@ -167,6 +168,7 @@ def test_train_resume_and_average(corpus, tmp_path):
     second = train(tiny_config(max_steps=5), corpus, exp)  # same command, more steps: resumes
     assert second.steps == 5
     assert [r["step"] for r in _log(exp, "train")] == [1, 2, 3, 4, 5]  # continued, not restarted
+    assert yaml.safe_load((exp / "config.yaml").read_text())["train"]["max_steps"] == 5  # the options in effect
     ckpt = torch.load(exp / "checkpoint.pt", weights_only=False)
     assert ckpt["state"]["step"] == 5
 
