@@ -52,6 +52,7 @@ def package_model(
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
     state = _experiment_weights(exp_dir, weights)
     model_config = inference_model_config(resolved["model"])
+    data = resolved.get("data", {})
     model = build_asr_model(model_config)
     model.load_state_dict(state, strict=True)  # fail here, not on the device, if config and weights differ
 
@@ -73,6 +74,9 @@ def package_model(
             "averaged_steps": summary.get("averaged_steps"),
             "corpus": _repo_relative(run.get("corpus")),
             "corpus_summary": _corpus_summary(run.get("corpus")),  # read where training ran
+            # more training speech (`data.extra_corpora`): each corpus's training split, summarized
+            "extra_corpora": {_repo_relative(c): (_corpus_summary(c) or {}).get(data.get("train_split", "train"))
+                              for c in data.get("extra_corpora") or ()},
             "command": run.get("command"),
             "train_seconds": summary.get("train_seconds"),
             "seconds_per_step": summary.get("seconds_per_step"),
@@ -165,6 +169,7 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
     """README.md: architecture, parameters, streaming share, training data and recipe, results, limitations."""
     m, t = config["model"], config["training"]
     opts = t.get("options", {})
+    train_split = opts.get("data", {}).get("train_split", "train")
     lines = [
         f"# {config['name']}",
         "",
@@ -185,8 +190,10 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         "",
         "## Training data",
         "",
-        f"- corpus: `{t.get('corpus') or 'unknown'}` (split `{opts.get('data', {}).get('train_split', 'train')}`)",
+        f"- corpus: `{t.get('corpus') or 'unknown'}` (split `{train_split}`)",
         *_corpus_lines(t.get("corpus_summary")),
+        *(f"- also trained on `{c}` (split `{train_split}`)" + (f": {_split_line(s)}" if s else "")
+          for c, s in (t.get("extra_corpora") or {}).items()),
         "",
         "## Training",
         "",
@@ -236,8 +243,12 @@ def _ingestion_line(model: ESPnetASRModel) -> str:
 def _corpus_lines(summary: Mapping[str, Any] | None) -> list[str]:
     if not summary:
         return []
-    return [f"- {split}: {s.get('utterances', 0):,} utterances, {s.get('hours', 0):.2f} h, {s.get('voices', 0)} "
-            f"voices, {s.get('sentences', 0):,} sentences" for split, s in summary.items() if s.get("utterances")]
+    return [f"- {split}: {_split_line(s)}" for split, s in summary.items() if s.get("utterances")]
+
+
+def _split_line(s: Mapping[str, Any]) -> str:
+    return (f"{s.get('utterances', 0):,} utterances, {s.get('hours', 0):.2f} h, {s.get('voices', 0)} voices, "
+            f"{s.get('sentences', 0):,} sentences")
 
 
 def _training_lines(t: Mapping[str, Any]) -> list[str]:

@@ -65,6 +65,24 @@ def test_package_round_trip(exp_dir, tmp_path):
     assert "| test | 40 | 0.25 | 0.8 |" in card and "| test_unseen |  | 0.4 |  |" in card
 
 
+def test_the_card_names_extra_training_corpora(exp_dir, tmp_path):
+    import shutil
+
+    extra = tmp_path / "corpus-v1"
+    extra.mkdir()
+    (extra / "report.json").write_text(json.dumps({"splits": {"train": {
+        "utterances": 36000, "hours": 21.445, "voices": 108, "sentences": 8280}}}))
+    exp = tmp_path / "exp"
+    shutil.copytree(exp_dir, exp)
+    config = yaml.safe_load((exp / "config.yaml").read_text())
+    config["data"]["extra_corpora"] = [str(extra)]
+    (exp / "config.yaml").write_text(yaml.safe_dump(config))
+    folder = package_model(exp, tmp_path / "model")
+    card = (folder / "README.md").read_text()
+    assert (f"- also trained on `{extra}` (split `train`): 36,000 utterances, 21.45 h, 108 voices, "
+            "8,280 sentences") in card
+
+
 def _experiment_model(exp_dir: Path):
     from pasu.models.build import build_asr_model
     from pasu.models.package import inference_model_config
