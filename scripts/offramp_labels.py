@@ -140,10 +140,10 @@ def ctc_evidence(samples: list, utterances: dict, model_folder: Path) -> np.ndar
     for s in samples:
         stream = model.open_stream()
         stream.accept(read_audio(utterances[s.id].audio))
-        encoded = stream.encode()
-        logp = model.model.ctc.log_softmax(encoded if encoded.dim() == 3 else encoded.unsqueeze(0))[0]
-        top, best = logp.exp().max(-1)
-        entropy = -(logp.exp() * logp).sum(-1)
+        logp = model.model.ctc.log_softmax(stream.encode().unsqueeze(0))[0]  # encode() gives (T, D)
+        probs = logp.exp()
+        top, best = probs.max(-1)
+        entropy = -(probs * logp).sum(-1)
         speech = top[best != 0] if (best != 0).any() else torch.zeros(1)
         greedy = model.read([int(t) for t in torch.unique_consecutive(best) if t != 0]).text
         rows.append([entropy.mean(), entropy.max(), (top < 0.5).float().mean(), speech.mean(), speech.min(),
@@ -153,9 +153,9 @@ def ctc_evidence(samples: list, utterances: dict, model_folder: Path) -> np.ndar
 
 def condition_evidence(samples: list, corpus: Path) -> np.ndarray:
     """What the corpus recorded about each utterance's audio (no device knows it): engine, noise, SNR, room."""
-    import json
+    from pasu.models.data import read_jsonl
 
-    rows = {r["id"]: r for r in map(json.loads, (corpus / "dev.jsonl").read_text().splitlines())}
+    rows = {r["id"]: r for r in read_jsonl(corpus / "dev.jsonl")}
     engines = sorted({r["engine"] for r in rows.values()})
     noises = sorted({r["augmentation"]["noise"].split(":")[0] for r in rows.values()})
     out = []
