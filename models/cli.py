@@ -228,7 +228,10 @@ def _evaluate(args: argparse.Namespace) -> int:
                                                 num_threads=args.threads, lm=str(args.lm) if args.lm else None,
                                                 lm_weight=args.lm_weight),
                        text_intent=str(args.text_intent) if args.text_intent else None)
-    results = evaluate_model(args.model_dir, args.corpus, opts)
+    try:
+        results = evaluate_model(args.model_dir, args.corpus, opts)
+    except FileNotFoundError as e:  # a split the corpus was not built with, a mistyped path
+        raise SystemExit(str(e)) from None
     if args.out:
         write_results(results, args.out)
     print(json.dumps({k: v for k, v in results.items() if k in opts.splits}, indent=2))

@@ -62,7 +62,12 @@ def read_jsonl(path: Path) -> list[dict]:
 def load_split(corpus_dir: str | Path, split: str) -> list[Utterance]:
     """Utterances of `<corpus_dir>/<split>.jsonl` with their targets encoded."""
     corpus_dir = Path(corpus_dir)
-    return [_utterance(row, corpus_dir) for row in read_jsonl(corpus_dir / f"{split}.jsonl")]
+    manifest = corpus_dir / f"{split}.jsonl"
+    if not manifest.is_file():
+        built = sorted(p.stem for p in corpus_dir.glob("*.jsonl")) if corpus_dir.is_dir() else []
+        raise FileNotFoundError(f"{manifest} not found: the corpus has no {split!r} split (it has: "
+                                f"{', '.join(built) or 'none'}); render it with `pasu corpus build --splits {split}`")
+    return [_utterance(row, corpus_dir) for row in read_jsonl(manifest)]
 
 
 def _utterance(row: dict, corpus_dir: Path) -> Utterance:

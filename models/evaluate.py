@@ -45,14 +45,15 @@ def evaluate_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc
 
 def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOptions = EvalOptions()) -> dict:
     """{split: scores} for a packaged model folder."""
+    # every split is read before decoding starts: a missing one fails at once, not after minutes of decoding
+    splits = {split: load_split(corpus_dir, split) for split in opts.splits}
     recognizer = load_recognizer(model_dir, opts.decoding)
     if opts.text_intent:
         from pasu.models.text_intent import TextIntentClassifier
 
         recognizer = TextIntentPass(recognizer, TextIntentClassifier.load(opts.text_intent))
     results = {}
-    for split in opts.splits:
-        utterances = load_split(corpus_dir, split)
+    for split, utterances in splits.items():
         if opts.limit:
             utterances = dev_subset(utterances, opts.limit)
         results[split] = evaluate_split(recognizer, utterances, desc=split)

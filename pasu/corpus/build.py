@@ -5,7 +5,8 @@ Layout of a built corpus folder:
     wav/<split>/<id>.flac   16 kHz mono audio
     shards/<shard>.jsonl    finished shards' manifest rows (written whole, then renamed: never partial)
     shards/<shard>.errors.jsonl  sentences a voice could not render, with the reason
-    <split>.jsonl           the manifests, assembled from finished shards once all are done
+    <split>.jsonl           the manifests, assembled from finished shards once all are done (only for splits
+                            that have rendered shards: a `--splits train` build has no dev.jsonl)
     report.json, report.md, snr_hist.png
 """
 
@@ -260,6 +261,8 @@ def _assemble_manifests(out: Path, shards: Sequence[Shard]) -> None:
     for shard in shards:
         rows[shard.jobs[0].split].extend(_read_jsonl(out / "shards" / f"{shard.name}.jsonl"))
     for split, split_rows in rows.items():
+        if not split_rows:  # a split no build has rendered yet has no manifest, not an empty one
+            continue
         split_rows.sort(key=lambda r: r["id"])
         write_manifest(out / f"{split}.jsonl", split_rows)
 

@@ -23,7 +23,8 @@ def summarize(out: Path) -> dict:
     splits = {}
     snrs: list[float] = []
     for split in SPLITS:
-        rows = read_manifest(out / f"{split}.jsonl")
+        manifest = out / f"{split}.jsonl"
+        rows = read_manifest(manifest) if manifest.exists() else []
         splits[split] = {
             "utterances": len(rows),
             "hours": round(sum(r["duration"] for r in rows) / 3600, 3),

@@ -13,6 +13,7 @@ import soundfile as sf
 from pasu.corpus.build import BuildOptions, build_corpus, read_manifest
 from pasu.corpus.plan import PRESETS, SPLITS
 from pasu.corpus.text import samples_dir
+from pasu.settings import shipped_model
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                 reason="needs the TTS engines: run scripts/install_tts.sh (make test does)")
@@ -135,3 +136,7 @@ def test_a_training_variant_builds_beside_the_corpus_not_into_it(tiny, tmp_path)
     rows, old = read_manifest(out / "train.jsonl"), read_manifest(tiny / "train.jsonl")
     assert len(rows) == len(old) and {r["id"] for r in rows}.isdisjoint(r["id"] for r in old)
     assert all((out / r["audio"]).is_file() for r in rows)
+    # only the rendered split has a manifest: an empty dev.jsonl would read as a corpus with no dev utterances
+    assert sorted(p.name for p in out.glob("*.jsonl")) == ["train.jsonl"]
+    proc = _pasu("eval", str(shipped_model("device")), "--corpus", str(out), "--splits", "train,dev")
+    assert proc.returncode == 1 and "no 'dev' split" in proc.stderr and "Traceback" not in proc.stderr
