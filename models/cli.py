@@ -188,6 +188,7 @@ def _register_text_intent(sub: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     import warnings
 
+    from pasu.models.data import MissingSplitError
     from pasu.models.train import load_config, train
 
     # ESPnetASRModel.encode calls the deprecated torch.cuda.amp.autocast on every batch: one warning per run
@@ -205,7 +206,10 @@ def _train(args: argparse.Namespace) -> int:
     flags = [("--config", args.config), ("--corpus", args.corpus), ("--out", args.out)] + [
         ("--" + k.replace("_", "-"), v) for k, v in overrides.items()] + [("--set", o) for o in args.overrides]
     command = "pasu train " + " ".join(f"{flag} {shlex.quote(str(v))}" for flag, v in flags)
-    train(config, args.corpus, args.out, command=command)
+    try:
+        train(config, args.corpus, args.out, command=command)
+    except MissingSplitError as e:  # raised while reading the manifests, before any training
+        raise SystemExit(str(e)) from None
     return 0
 
 
@@ -220,6 +224,7 @@ def _package(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     import json
 
+    from pasu.models.data import MissingSplitError
     from pasu.models.evaluate import EvalOptions, evaluate_model, write_results
     from pasu.models.recognizer import DecodingOptions
 
@@ -230,7 +235,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                        text_intent=str(args.text_intent) if args.text_intent else None)
     try:
         results = evaluate_model(args.model_dir, args.corpus, opts)
-    except FileNotFoundError as e:  # a split the corpus was not built with, a mistyped path
+    except MissingSplitError as e:
         raise SystemExit(str(e)) from None
     if args.out:
         write_results(results, args.out)

@@ -59,13 +59,17 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+class MissingSplitError(FileNotFoundError):
+    """The corpus has no manifest for a split (a partial build, a mistyped name): the CLIs print it, no traceback."""
+
+
 def load_split(corpus_dir: str | Path, split: str) -> list[Utterance]:
     """Utterances of `<corpus_dir>/<split>.jsonl` with their targets encoded."""
     corpus_dir = Path(corpus_dir)
     manifest = corpus_dir / f"{split}.jsonl"
     if not manifest.is_file():
         built = sorted(p.stem for p in corpus_dir.glob("*.jsonl")) if corpus_dir.is_dir() else []
-        raise FileNotFoundError(f"{manifest} not found: the corpus has no {split!r} split (it has: "
+        raise MissingSplitError(f"{manifest} not found: the corpus has no {split!r} split (it has: "
                                 f"{', '.join(built) or 'none'}); render it with `pasu corpus build --splits {split}`")
     return [_utterance(row, corpus_dir) for row in read_jsonl(manifest)]
 

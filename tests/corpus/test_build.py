@@ -18,6 +18,7 @@ from pasu.settings import shipped_model
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                 reason="needs the TTS engines: run scripts/install_tts.sh (make test does)")
 
+CONFIGS = Path(__file__).parents[2] / "models" / "configs"
 ROW_FIELDS = {"id", "audio", "duration", "engine", "voice", "augmentation", "text", "scenario", "action",
               "intent", "slots", "sentence_id", "source", "rate", "pitch"}
 
@@ -139,4 +140,7 @@ def test_a_training_variant_builds_beside_the_corpus_not_into_it(tiny, tmp_path)
     # only the rendered split has a manifest: an empty dev.jsonl would read as a corpus with no dev utterances
     assert sorted(p.name for p in out.glob("*.jsonl")) == ["train.jsonl"]
     proc = _pasu("eval", str(shipped_model("device")), "--corpus", str(out), "--splits", "train,dev")
+    assert proc.returncode == 1 and "no 'dev' split" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _pasu("train", "--config", str(CONFIGS / "device_late_context.yaml"), "--corpus", str(out),
+                 "--out", str(tmp_path / "exp"), "--max-steps", "1")
     assert proc.returncode == 1 and "no 'dev' split" in proc.stderr and "Traceback" not in proc.stderr
