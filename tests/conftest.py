@@ -65,6 +65,28 @@ def cloud_support():
     return sys.modules[SUPPORT_MODULE]
 
 
+@pytest.fixture
+def start_server(cloud_support):
+    """start_server(recognizer=None, **ServerConfig fields) -> a started in-process ServerThread on 127.0.0.1 with
+    a free port, stopped at teardown (the cloud and the device tests' real server)."""
+    from pasu.cloud.config import ServerConfig
+    from pasu.cloud.server import ServerThread
+
+    started = []
+
+    def start(recognizer=None, **config):
+        # text_intent: the recognizer's own answers, whether or not a classifier ships (tests opt in)
+        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, "text_intent": None,
+                  **config}
+        server = ServerThread(recognizer or cloud_support.tiny_recognizer(), ServerConfig(**config)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop(grace=0)
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """One torch thread: the 2-core machine is often shared with a training job, and train() uses one too."""

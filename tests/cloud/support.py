@@ -1,8 +1,8 @@
 """Shared by the cloud and device tests: a tiny but real ESPnet recognizer, a slow wrapper, audio, certs,
 a `pasu cloud serve` process.
 
-Loaded by path (see `load()` in conftest.py and tests/device/test_cloud_client.py): with pytest's
-importlib import mode, test folders are not packages.
+Loaded by path (`_load_cloud_support()` in tests/conftest.py, which also holds the `start_server` fixture):
+with pytest's importlib import mode, test folders are not packages.
 """
 
 from __future__ import annotations

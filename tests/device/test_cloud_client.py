@@ -10,8 +10,7 @@ import time
 import numpy as np
 import pytest
 import soundfile
-from pasu.cloud.config import ServerConfig, TlsConfig
-from pasu.cloud.server import ServerThread
+from pasu.cloud.config import TlsConfig
 from pasu.device.cloud_client import (
     ClientTls,
     CloudClient,
@@ -28,22 +27,6 @@ import pasu_tests_cloud_support  # loaded by tests/conftest.py
 
 
 support = pasu_tests_cloud_support
-
-
-@pytest.fixture
-def start_server():
-    started = []
-
-    def start(recognizer=None, **config):
-        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, "text_intent": None,
-                  **config}
-        server = ServerThread(recognizer or support.tiny_recognizer(), ServerConfig(**config)).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop(grace=0)
 
 
 def _free_port() -> int:

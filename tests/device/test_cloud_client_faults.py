@@ -13,8 +13,6 @@ import threading
 import time
 
 import pytest
-from pasu.cloud.config import ServerConfig
-from pasu.cloud.server import ServerThread
 from pasu.device.cloud_client import (
     CloudClient,
     CloudOutcome,
@@ -25,22 +23,6 @@ from pasu.device.cloud_client import (
 from pasu.netproxy import NetworkProxy
 
 SLACK_S = 1.5  # scheduling slack on a loaded machine; a hang would overshoot by far more
-
-
-@pytest.fixture
-def start_server(cloud_support):
-    started = []
-
-    def start(recognizer=None, **config):
-        config = {"host": "127.0.0.1", "port": 0, "metrics_port": None, "shutdown_grace_s": 0.0, "text_intent": None,
-                  **config}
-        server = ServerThread(recognizer or cloud_support.tiny_recognizer(), ServerConfig(**config)).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop(grace=0)
 
 
 def understand_once(client: CloudClient, waveform, deadline_s: float, utterance_id: str = "u") -> CloudOutcome:
