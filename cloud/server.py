@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import math
@@ -76,28 +77,16 @@ class SpeechUnderstandingService(slu_pb2_grpc.SpeechUnderstandingServicer):
 
     async def Understand(self, request: slu_pb2.UnderstandRequest,
                          context: grpc.aio.ServicerContext) -> slu_pb2.UnderstandResponse:
-        call = _Call("Understand", context, self.metrics, self.config.log_content)
-        try:
-            call.admit(self.clients, client_key(context, self._token_auth))
+        async with self._rpc("Understand", context) as call:
             request = parsed(request)
             check_metadata(request.metadata)
             audio = request.audio
             waveform = decode_audio(audio.encoding, audio.sample_rate, audio.data, self.limits)
             return await self._understand(waveform, request.metadata, call)
-        except RpcFailure as failure:
-            call.code = failure.code
-            await context.abort(failure.code, failure.message)
-        except asyncio.CancelledError:
-            call.cancelled()
-            raise
-        finally:
-            call.finish()
 
     async def StreamingUnderstand(self, request_iterator: AsyncIterator[slu_pb2.StreamRequest],
                                   context: grpc.aio.ServicerContext) -> AsyncIterator[slu_pb2.StreamResponse]:
-        call = _Call("StreamingUnderstand", context, self.metrics, self.config.log_content)
-        try:
-            call.admit(self.clients, client_key(context, self._token_auth))
+        async with self._rpc("StreamingUnderstand", context) as call:
             config: slu_pb2.StreamConfig | None = None
             width, chunks, received = 0, [], 0
             messages = _timed(request_iterator, self.config.stream_idle_timeout_s, self.config.max_stream_seconds)
@@ -126,6 +115,15 @@ class SpeechUnderstandingService(slu_pb2_grpc.SpeechUnderstandingServicer):
                 raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "empty stream: no StreamConfig")
             waveform = decode_audio(config.encoding, config.sample_rate, b"".join(chunks), self.limits)
             yield slu_pb2.StreamResponse(result=await self._understand(waveform, config.metadata, call))
+
+    @contextlib.asynccontextmanager
+    async def _rpc(self, method: str, context: grpc.aio.ServicerContext) -> AsyncIterator[_Call]:
+        """One RPC's bookkeeping around its handler: admission per client, the status an RpcFailure or a
+        cancellation sets (a failure becomes the client's error), metrics and the log line at the end."""
+        call = _Call(method, context, self.metrics, self.config.log_content)
+        try:
+            call.admit(self.clients, client_key(context, self._token_auth))
+            yield call
         except RpcFailure as failure:
             call.code = failure.code
             await context.abort(failure.code, failure.message)
