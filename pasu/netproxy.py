@@ -137,6 +137,7 @@ class NetworkProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="pasu-netproxy", daemon=True)
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._handlers: set[asyncio.Task] = set()  # one per accepted client, until its connection ends
 
     @property
     def port(self) -> int:
@@ -194,6 +195,10 @@ class NetworkProxy:
                 task.cancel()
             _close(conn.client)
             _close(conn.upstream)
+        # Handlers too: one may still be connecting upstream, and none may be left pending when the loop stops.
+        for handler in list(self._handlers):
+            handler.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -210,6 +215,16 @@ class NetworkProxy:
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
+        handler = asyncio.current_task()
+        self._handlers.add(handler)
+        try:
+            await self._forward(client_reader, client_writer)
+        finally:
+            self._handlers.discard(handler)
+            _close(client_writer)
+
+    async def _forward(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        """Connect upstream and pipe both ways until either side ends."""
         try:
             up_reader, up_writer = await asyncio.open_connection(self.upstream_host, self.upstream_port)
         except OSError:
@@ -225,10 +240,11 @@ class NetworkProxy:
             asyncio.create_task(self._pipe(client_reader, up_writer, upstream=True)),
             asyncio.create_task(self._pipe(up_reader, client_writer, upstream=False)),
         ]
-        await asyncio.gather(*conn.tasks, return_exceptions=True)
-        self._connections.discard(conn)
-        _close(client_writer)
-        _close(up_writer)
+        try:
+            await asyncio.gather(*conn.tasks, return_exceptions=True)
+        finally:
+            self._connections.discard(conn)
+            _close(up_writer)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool) -> None:
         """Read, schedule each segment's delivery, deliver in order; ends (and ends its peer) at EOF or error."""

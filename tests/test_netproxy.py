@@ -6,6 +6,7 @@ loaded machine does not make them flaky.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import socketserver
@@ -139,3 +140,38 @@ def test_upstream_down_looks_like_a_dead_server():
                 sock.sendall(b"hello")
                 if not sock.recv(100):
                     raise ConnectionResetError("closed")
+
+
+def test_stop_with_open_connections_leaves_no_task_pending(echo):
+    """A proxy stopped mid-connection ends every handler: none is left for the closed loop to destroy."""
+    proxy = NetworkProxy(echo).start()
+    socks = [_connect(proxy) for _ in range(3)]
+    for sock in socks:
+        assert _round_trip(sock, b"x")[0] == b"x"
+    proxy.stop()
+    try:
+        assert [task for task in asyncio.all_tasks(proxy._loop) if not task.done()] == []
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_stop_ends_a_connection_still_reaching_its_upstream(echo, monkeypatch):
+    """A client accepted while the upstream connect hangs (a server restarting, a SYN lost) must not keep stop()
+    waiting or leave its handler pending on the closed loop."""
+    import pasu.netproxy
+
+    async def never_connects(host, port):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(pasu.netproxy.asyncio, "open_connection", never_connects)
+    proxy = NetworkProxy(echo).start()
+    with _connect(proxy) as sock:
+        deadline = time.monotonic() + 10
+        while proxy.stats.connections == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        proxy.stop()
+        assert time.monotonic() - t0 < 5
+        assert [task for task in asyncio.all_tasks(proxy._loop) if not task.done()] == []
+        assert sock.recv(10) == b""  # the client's connection is closed, not left open
