@@ -190,12 +190,8 @@ class NetworkProxy:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
-        for conn in list(self._connections):
-            for task in conn.tasks:
-                task.cancel()
-            _close(conn.client)
-            _close(conn.upstream)
-        # Handlers too: one may still be connecting upstream, and none may be left pending when the loop stops.
+        # Cancelling a handler cancels its pipes and closes both its sockets (its `finally`s); one still connecting
+        # upstream ends too, and none is left pending when the loop stops.
         for handler in list(self._handlers):
             handler.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
