@@ -40,7 +40,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
-               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.4\n"
+               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.1\n"
                "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,10 +61,15 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--cloud", default=None,
                      help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
     run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
-    run.add_argument("--policy", choices=("on-device", "all", "ppl", "intent"), default=None,
-                     help="offloading policy when there is a cloud (routing.policy; default ppl)")
+    run.add_argument("--policy", choices=("on-device", "all", "ppl", "intent", "ppl+intent"), default=None,
+                     help="offloading policy when there is a cloud (routing.policy; default ppl; intent and ppl+intent "
+                          "read routing.intent_threshold)")
     run.add_argument("--threshold", type=float, default=None,
-                     help="last pilot perplexity x speech seconds above which ppl offloads (routing.threshold; default 3.4)")
+                     help="last pilot perplexity x speech seconds above which ppl and ppl+intent offload "
+                          "(routing.threshold; default 3.1)")
+    run.add_argument("--intent-threshold", type=float, default=None,
+                     help="last pilot intent doubt x speech seconds above which intent and ppl+intent offload "
+                          "(routing.intent_threshold; default 0.25)")
     # float32 is left out: twice pcm16's bytes for no accuracy a microphone's 16 bits do not already give
     run.add_argument("--encoding", choices=("pcm16", "flac", "opus"), default=None,
                      help="how the waveform is uploaded (routing.encoding; opus for slow uplinks)")
@@ -92,7 +97,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     pilot = replace(config.agent.pilot, **_given(enabled=args.pilots, interval_seconds=args.tau))
     cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
     routing = replace(config.routing, **_given(cloud=cloud, policy=args.policy, threshold=args.threshold,
-                                                encoding=args.encoding))
+                                                intent_threshold=args.intent_threshold, encoding=args.encoding))
     return replace(config, agent=replace(config.agent, pilot=pilot), routing=routing)
 
 
@@ -120,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         policy, cloud = _routing(config.routing, args.token, model)
     except FileNotFoundError as error:  # the intent policy without the model's intent reader
-        print(f"error: {error}: the intent policy needs `pasu offramp train {args.model}` first", file=sys.stderr)
+        print(f"error: {error}: the {config.routing.policy} policy needs `pasu offramp train {args.model}` first", file=sys.stderr)
         return 2
     try:
         if args.mic:

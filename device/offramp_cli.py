@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from pasu.device.runtime import DeviceModel
 
 DEFAULT_CORPUS = "data/corpus-full"
+# what `pasu offramp train` reports on, in this order (each a key of offramp.json)
+OFFRAMPS = ("ppl", "bilstm", "intent", "ppl_intent", "bilstm_intent")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -94,14 +96,24 @@ def run_train(args: argparse.Namespace) -> int:
     answers = report["answers"]
     print(f"intent accuracy of the device's answers on {answers['utterances']} replays: {answers['answers']:.1%} "
           f"with the intent reader, {answers['decoder']:.1%} the decoder's alone")
-    for name in ("ppl", "bilstm", "intent"):
+    for name in OFFRAMPS:
         print(f"{name}: {json.dumps(report[name]['selectivity'])}")
         for level, cal in report[name]["levels"].items():
-            print(f"  Offload-{level}: threshold {cal['threshold']:.4g} -> offload {cal['offload_ratio']:.1%}")
+            print(f"  Offload-{level}: threshold {cal['threshold']:.4g}{_parts(report, name, level)} -> "
+                  f"offload {cal['offload_ratio']:.1%}")
     if "yardsticks" in report:
         print("\n".join(wer_target_table(report)))
     print(f"wrote {out}")
     return 0
+
+
+def _parts(report: dict, offramp: str, level: str) -> str:
+    """A combined offramp's threshold as its parts' own ("" for a single offramp)."""
+    from pasu.device.offramp_train import either_thresholds
+
+    if "scales" not in report[offramp]:
+        return ""
+    return " (" + " or ".join(f"{part} > {t:.4g}" for part, t in either_thresholds(report, offramp, level).items()) + ")"
 
 
 def wer_target_table(report: dict) -> list[str]:
@@ -109,7 +121,7 @@ def wer_target_table(report: dict) -> list[str]:
     NaiveHybrid's; the oracles (`yardsticks`) show how much room the offramps leave."""
     naive = report["yardsticks"]["NaiveHybrid"]
     rows = {name: {t: cal and cal["offload_ratio"] for t, cal in report[name]["wer_targets"].items()}
-            for name in ("ppl", "bilstm", "intent") if name in report}
+            for name in OFFRAMPS if name in report}
     rows.update({name: row for name, row in report["yardsticks"].items() if name != "NaiveHybrid"})
     lines = ["offload needed for each WER target on these utterances (x NaiveHybrid's):",
              f"  {'WER target':13s}" + "".join(f"{t:>16s}" for t in naive),

@@ -36,7 +36,7 @@ from pasu.device.calibration import (
 from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
-from pasu.device.routing import PerplexityOfframp, weigh_by_length
+from pasu.device.routing import EitherOfframp, PerplexityOfframp, weigh_by_length
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
 
@@ -124,8 +124,8 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
                  cloud_edits: Sequence[int] | None = None, intent: IntentAgreementOfframp | None = None,
                  fit_samples: Sequence[OfframpSample] | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
     """The BiLSTM fitted on `fit_samples` (default: `samples`; it must include them), and the report with the
-    offramps' thresholds calibrated on `samples` (with `intent`, the intent-agreement offramp's too); every
-    score is weighed by the speech's length."""
+    offramps' thresholds calibrated on `samples` (with `intent`, the intent-agreement offramp's too, and those
+    of PPL or BiLSTM combined with it); every score is weighed by the speech's length."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
@@ -139,17 +139,24 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
         return calibrate(name, weigh_by_length(scores, seconds), kept, options.levels, cloud_edits, bad_wer)
 
+    ppl = ppl_scores(kept)
     report = {
         "samples": len(kept), "bad_share": float(np.mean([s.bad(bad_wer) for s in kept])),
         "calibration_version": CALIBRATION_VERSION,
         "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm), "fitted_on": len(fit),
                    **calibrated("BiLSTM", oof)},
-        "ppl": calibrated("PPL", ppl_scores(kept)),
+        "ppl": calibrated("PPL", ppl),
         # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
         "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, late=True)),
     }
     if intent is not None:
-        report["intent"] = calibrated("Intent agreement", intent_scores(intent, kept))
+        doubt = intent_scores(intent, kept)
+        report["intent"] = calibrated("Intent agreement", doubt)
+        # words or intent: each check at its own Offload-M threshold counts as 1 (routing.EitherOfframp)
+        for words, scores in (("ppl", ppl), ("bilstm", oof)):
+            scales = {words: threshold(report, words, "M"), "intent": threshold(report, "intent", "M")}
+            either = EitherOfframp.combine([scores, doubt], list(scales.values()))
+            report[f"{words}_intent"] = {"scales": scales, **calibrated(f"{words} or intent", either)}
     if cloud_edits is not None:
         report["yardsticks"] = yardsticks(kept, cloud_edits, bad_wer)
     return bilstm, report
@@ -220,7 +227,7 @@ def intent_offramp(model: DeviceModel) -> IntentAgreementOfframp:
 def model_policy(routing: RoutingOptions, model: DeviceModel) -> Policy:
     """`routing`'s policy for a model from `load_device_model`: the intent policy reads its intent reader
     (FileNotFoundError without one)."""
-    return routing.make_policy(intent_offramp(model) if routing.policy == "intent" else None)
+    return routing.make_policy(intent_offramp(model) if routing.reads_intent else None)
 
 
 def load_thresholds(folder: str | Path) -> dict[str, Any]:
@@ -236,8 +243,16 @@ def load_thresholds(folder: str | Path) -> dict[str, Any]:
 
 
 def threshold(report: dict[str, Any], offramp: str, level: str) -> float:
-    """A calibrated threshold: offramp "ppl", "bilstm", "ppl_late" or "intent", level "L"/"M"/"H"."""
+    """A calibrated threshold: offramp "ppl", "bilstm", "ppl_late", "intent", "ppl_intent" or "bilstm_intent",
+    level "L"/"M"/"H"."""
     return float(report[offramp]["levels"][level]["threshold"])
+
+
+def either_thresholds(report: dict[str, Any], offramp: str, level: str) -> dict[str, float]:
+    """The parts' own thresholds at which a combined offramp ("ppl_intent", "bilstm_intent") offloads as at
+    `level`: {"ppl": ..., "intent": ...}, what routing's ppl+intent policy takes as threshold and intent_threshold."""
+    scale = threshold(report, offramp, level)
+    return {part: scale * value for part, value in report[offramp]["scales"].items()}
 
 
 def bilstm_scores(bilstm: BiLstmOfframp, samples: Sequence[OfframpSample], late: bool = False) -> np.ndarray:

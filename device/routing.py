@@ -13,8 +13,10 @@ NaiveHybrid's offloading at the bench's WER targets (150 test utterances), a per
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
@@ -55,6 +57,26 @@ class PerplexityOfframp:
         if not logps:
             return math.inf
         return math.exp(-sum(logps) / len(logps))
+
+
+@dataclass(frozen=True)
+class EitherOfframp:
+    """The larger of several offramps' scores, each divided by its own scale: with the scales set to the parts'
+    thresholds and the policy's threshold to 1, the policy offloads when any part would.
+
+    Words and intent go wrong apart: a perplexity check keeps right words under a wrong intent, the intent check
+    wrong words under a right intent. A device answering both needs both checks.
+    """
+
+    parts: tuple[tuple[Offramp, float], ...]  # (offramp, the score that counts as 1): its own threshold
+
+    def score(self, hypothesis: Hypothesis) -> float:
+        return float(self.combine([o.score(hypothesis) for o, _ in self.parts], [scale for _, scale in self.parts]))
+
+    @staticmethod
+    def combine(scores: Sequence[ScoreLike], scales: Sequence[float]) -> ScoreLike:
+        """The parts' scores (one each, or arrays of many) as the combined offramp scores them."""
+        return functools.reduce(np.maximum, (np.divide(s, scale) for s, scale in zip(scores, scales)))
 
 
 def weigh_by_length(score: ScoreLike, speech_seconds: ScoreLike) -> ScoreLike:
@@ -119,7 +141,7 @@ class OfframpPolicy:
         return Decision(score > self.threshold, score, f"{self.name} score {score:.3g} {verdict} {self.threshold:.3g}")
 
 
-PolicyName = Literal["on-device", "all", "ppl", "intent"]
+PolicyName = Literal["on-device", "all", "ppl", "intent", "ppl+intent"]
 
 
 @dataclass(frozen=True)
@@ -127,14 +149,15 @@ class RoutingOptions:
     """Whether and where `pasu device run` offloads (the `routing` section of device/agent.yaml)."""
 
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
-    # with a cloud: on-device (never offload), all (always), ppl (above threshold), intent (above intent_threshold)
+    # with a cloud: on-device (never offload), all (always), ppl (above threshold), intent (above intent_threshold),
+    # ppl+intent (above either)
     policy: PolicyName = "ppl"
-    # ppl: the last pilot's perplexity times the speech's seconds above which the utterance is offloaded (about
-    # the shipped device model's calibrated Offload-M threshold)
+    # ppl and ppl+intent: the last pilot's perplexity times the speech's seconds above which the utterance is
+    # offloaded (about the shipped device model's calibrated Offload-M threshold)
     threshold: float = 3.1
-    # intent: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp) times the speech's seconds
-    # above which the utterance is offloaded (the model's intent reader, MODEL/offramp; about the shipped device
-    # model's calibrated Offload-M)
+    # intent and ppl+intent: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp) times the
+    # speech's seconds above which the utterance is offloaded (the model's intent reader, MODEL/offramp; about the
+    # shipped device model's calibrated Offload-M)
     intent_threshold: float = 0.25
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
     # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/4: for slow
@@ -142,14 +165,24 @@ class RoutingOptions:
     encoding: Encoding = "pcm16"
 
     def make_policy(self, intent: Offramp | None = None) -> Policy:
-        """The policy object `policy` names; `intent`: the model's intent-agreement offramp, for "intent"."""
+        """The policy object `policy` names; `intent`: the model's intent-agreement offramp, for the
+        policies that read it."""
         if self.policy == "ppl":
             return OfframpPolicy(PerplexityOfframp(), self.threshold)
-        if self.policy == "intent":
+        if self.reads_intent:
             if intent is None:
-                raise ValueError("the intent policy needs the model's intent reader (MODEL/offramp: `pasu offramp train`)")
-            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
+                raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
+                                 "`pasu offramp train`)")
+            if self.policy == "intent":
+                return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
+            both = EitherOfframp(((PerplexityOfframp(), self.threshold), (intent, self.intent_threshold)))
+            return OfframpPolicy(both, 1.0, "Ours-PPL+Intent")
         return AllOffload() if self.policy == "all" else OnDevice()
+
+    @property
+    def reads_intent(self) -> bool:
+        """Whether the named policy needs the model's intent reader."""
+        return self.policy in ("intent", "ppl+intent")
 
     @property
     def policy_threshold(self) -> float:

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ import numpy as np
 from pasu.settings import REPO_ROOT, shipped_model
 
 if TYPE_CHECKING:
-    from pasu.device.routing import Policy
+    from pasu.device.routing import Policy, RoutingOptions
     from pasu.device.runtime import DeviceModel
 
 SAMPLES = REPO_ROOT / "pasu" / "corpus" / "samples" / "slurp" / "test.jsonl"
@@ -35,12 +35,13 @@ class DemoOptions:
     utterances: int = 8  # sample commands to run
     hard_every: int = 2  # every n-th utterance gets heavy noise (0 dB SNR): the ones to offload
     voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
-    # the offramp: "intent" (the intent check, the best at Offload-M in `pasu bench hybrid`) or "ppl" (the last
-    # pilot's perplexity); a model without an intent reader (MODEL/offramp) falls back to ppl
-    policy: str = "intent"
-    # its score times the speech's seconds above which the device offloads (routing.OfframpPolicy); None: the
-    # model's calibrated Offload-M threshold (MODEL/offramp/offramp.json, `pasu offramp train`), the agent's
-    # default for a model without one
+    # the offramp: "ppl+intent" (the last pilot's perplexity or its intent doubt, whichever fires: at Offload-M
+    # in `pasu bench hybrid` the intent check's intent accuracy with about the perplexity's WER), "intent" or
+    # "ppl"; a model without an intent reader (MODEL/offramp) falls back to ppl
+    policy: str = "ppl+intent"
+    # the perplexity's score times the speech's seconds above which the device offloads (routing.threshold; for
+    # "intent", routing.intent_threshold); None: the model's calibrated Offload-M (MODEL/offramp/offramp.json,
+    # `pasu offramp train`), the agent's defaults for a model without one
     threshold: float | None = None
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     seed: int = 0  # noise
@@ -55,10 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cloud model folder (default: the shipped cloud model; the device model if none)")
     p.add_argument("--utterances", type=int, default=DemoOptions.utterances,
                    help=f"sample commands to run (default {DemoOptions.utterances})")
-    p.add_argument("--policy", choices=("intent", "ppl"), default=DemoOptions.policy,
+    p.add_argument("--policy", choices=("ppl+intent", "intent", "ppl"), default=DemoOptions.policy,
                    help=f"offramp deciding what goes to the cloud (default {DemoOptions.policy})")
     p.add_argument("--threshold", type=float, default=DemoOptions.threshold,
-                   help="offload threshold in the offramp's units (default: the model's calibrated Offload-M)")
+                   help="offload threshold in the offramp's units, for ppl+intent its perplexity's (default: the "
+                        "model's calibrated Offload-M)")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)
@@ -167,30 +169,39 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 
 
 # ---- the device ------------------------------------------------------------------------------------------
-def offload_threshold(model_dir: Path, offramp: str = "ppl") -> float:
-    """The model's calibrated Offload-M threshold of `offramp` ("ppl" or "intent", score x seconds), or the
-    agent's default when it has none."""
-    from pasu.device.offramp_train import OFFRAMP_DIR, load_thresholds, threshold
+def offload_routing(model_dir: Path, policy: str = "ppl") -> RoutingOptions:
+    """Routing by `policy` ("ppl", "intent" or "ppl+intent") at the model's calibrated Offload-M thresholds
+    (score x seconds), or at the agent's defaults when it has none."""
+    from pasu.device.offramp_train import OFFRAMP_DIR, either_thresholds, load_thresholds, threshold
     from pasu.device.routing import RoutingOptions
 
+    routing = RoutingOptions(policy=policy)
     try:
-        return threshold(load_thresholds(Path(model_dir) / OFFRAMP_DIR), offramp, "M")
+        report = load_thresholds(Path(model_dir) / OFFRAMP_DIR)
     except FileNotFoundError:
-        return RoutingOptions(policy=offramp).policy_threshold
+        return routing
+    if policy != "ppl+intent":
+        return routing.with_policy_threshold(threshold(report, policy, "M"))
+    if "ppl_intent" in report:
+        parts = either_thresholds(report, "ppl_intent", "M")
+    else:  # calibrated before the combined check: each part at its own Offload-M (together they offload more)
+        parts = {"ppl": threshold(report, "ppl", "M"), "intent": threshold(report, "intent", "M")}
+    return replace(routing, threshold=parts["ppl"], intent_threshold=parts["intent"])
 
 
 def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Policy:
     """The policy the demo plays: `options.policy` at its threshold; perplexity when the model has no intent reader."""
     from pasu.device.offramp_train import model_policy
-    from pasu.device.routing import RoutingOptions
 
     def policy(offramp: str) -> Policy:
-        limit = options.threshold if options.threshold is not None else offload_threshold(model_dir, offramp)
-        return model_policy(RoutingOptions(policy=offramp).with_policy_threshold(limit), model)
+        routing = offload_routing(model_dir, offramp)
+        if options.threshold is not None:
+            routing = routing.with_policy_threshold(options.threshold)
+        return model_policy(routing, model)
 
     try:
         return policy(options.policy)
-    except FileNotFoundError:  # only the intent policy reads a file
+    except FileNotFoundError:  # only the policies with the intent check read a file
         print("note: the model has no intent reader (`pasu offramp train`); offloading by perplexity",
               file=sys.stderr)
         return policy("ppl")

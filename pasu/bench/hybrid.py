@@ -156,7 +156,7 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network."""
     from pasu.device.offramp_data import BAD_WER
     from pasu.device.offramp_train import threshold, yardsticks
-    from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
+    from pasu.device.routing import AllOffload, EitherOfframp, OnDevice, PerplexityOfframp
 
     ppl = PerplexityOfframp()
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
@@ -166,6 +166,11 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
                "ppl_late": Scorer("Late-PPL", ppl, late=True)}
     if intent is not None:
         scorers["intent"] = Scorer("Ours-Intent", intent)
+        for words, offramp, name in (("ppl", ppl, "Ours-PPL+Intent"), ("bilstm", bilstm, "Ours-BiLSTM+Intent")):
+            key = f"{words}_intent"
+            if key in report:  # offramp.json files from before the combined checks have none
+                scales = report[key]["scales"]
+                scorers[key] = Scorer(name, EitherOfframp(((offramp, scales[words]), (intent, scales["intent"]))))
     for level in ("L", "M", "H"):
         for key, scorer in scorers.items():
             t = threshold(report, key, level)

@@ -83,8 +83,10 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     result = evaluate_profile(samples, calls["wifi"], bilstm, report, intent)
     designs = {d["design"]: d for d in result["designs"]}
     assert designs["Ours-NoOffload"]["offload_ratio"] == 0.0 and designs["AllOffload"]["offload_ratio"] == 1.0
-    assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Late-PPL-M", "Ours-Intent-M"} <= designs.keys()
-    assert any(c["check"].startswith("Ours-Intent-M: intent accuracy") for c in result["checks"])
+    assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Late-PPL-M", "Ours-Intent-M", "Ours-PPL+Intent-M",
+            "Ours-BiLSTM+Intent-M"} <= designs.keys()
+    for name in ("Ours-Intent-M", "Ours-PPL+Intent-M", "Ours-BiLSTM+Intent-M"):
+        assert any(c["check"].startswith(f"{name}: intent accuracy") for c in result["checks"])
     assert len(result["naive_line"]) == 11 and result["cloud_failures"] == 0
     assert json.loads(json.dumps(result))["checks"] == result["checks"]  # what `pasu bench hybrid` writes
     sticks = result["yardsticks"]  # offload the oracles need, beside Table 5

@@ -39,11 +39,12 @@ def test_yaml_then_flags(parser, agent_yaml):
 
     config = config_from_args(parser.parse_args(
         ["device", "run", "--audio", "x.wav", "--config", str(agent_yaml),
-         "--pilots", "--tau", "0.5", "--cloud", "b:2,c:3", "--policy", "ppl", "--encoding", "opus"]))
+         "--pilots", "--tau", "0.5", "--cloud", "b:2,c:3", "--policy", "ppl+intent", "--intent-threshold", "0.4",
+         "--encoding", "opus"]))
     pilot, routing = config.agent.pilot, config.routing
     assert (pilot.enabled, pilot.interval_seconds) == (True, 0.5)  # flags win
-    assert (routing.cloud, routing.policy, routing.encoding) == (("b:2", "c:3"), "ppl", "opus")
-    assert routing.threshold == 5.0  # the rest stays
+    assert (routing.cloud, routing.policy, routing.encoding) == (("b:2", "c:3"), "ppl+intent", "opus")
+    assert (routing.threshold, routing.intent_threshold) == (5.0, 0.4)  # the yaml's threshold stays
     assert pilot.search == DeviceConfig().agent.pilot.search
 
     config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--no-pilots"]))

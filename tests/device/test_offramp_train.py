@@ -11,13 +11,14 @@ from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
     OfframpTrainOptions,
     answer_intent_accuracy,
+    either_thresholds,
     fit_offramps,
     load_offramps,
     save_offramps,
     threshold,
     yardsticks,
 )
-from pasu.device.routing import OfframpPolicy, PerplexityOfframp
+from pasu.device.routing import OfframpPolicy, PerplexityOfframp, RoutingOptions
 
 from pasu.metrics import SluResult
 
@@ -131,3 +132,38 @@ def test_the_report_says_what_the_intent_reader_changed_in_the_answers():
         return SluResult("", decoder_said[tuple(tokens)])
 
     assert answer_intent_accuracy(samples, read) == {"utterances": 10, "answers": 0.5, "decoder": 0.7}
+
+
+class DoubtByLength:
+    """An intent offramp doubting long hypotheses: it disagrees with the perplexity about which are bad."""
+
+    def score(self, hypothesis):
+        return 0.9 if len(hypothesis.tokens) >= 9 else 0.1
+
+
+def test_words_or_intent_is_calibrated_as_the_union_of_both_checks():
+    """The combined check's threshold at a level is both parts' own thresholds, scaled alike; applied as the
+    agent's ppl+intent policy, it offloads what either part would, at the calibrated ratio."""
+    samples = [dataclasses.replace(s, duration=1.0 + (i % 3)) for i, s in enumerate(split())]
+    _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60,
+                             intent=DoubtByLength())
+    both = report["ppl_intent"]
+    assert both["scales"] == {"ppl": threshold(report, "ppl", "M"), "intent": threshold(report, "intent", "M")}
+    assert report["bilstm_intent"]["scales"]["bilstm"] == threshold(report, "bilstm", "M")
+
+    def offloaded(policy):
+        return np.array([policy.decide(s.early.hypothesis(), s.duration).offload for s in samples])
+
+    for level in ("L", "M", "H"):
+        parts = either_thresholds(report, "ppl_intent", level)
+        policy = RoutingOptions(policy="ppl+intent", threshold=parts["ppl"], intent_threshold=parts["intent"])
+        assert offloaded(policy.make_policy(DoubtByLength())).mean() == pytest.approx(
+            both["levels"][level]["offload_ratio"])
+    # at the scales themselves, each part at its own Offload-M: what either part offloads
+    scales = both["scales"]
+    union = offloaded(RoutingOptions(policy="ppl+intent", threshold=scales["ppl"],
+                                     intent_threshold=scales["intent"]).make_policy(DoubtByLength()))
+    ppl_m = offloaded(OfframpPolicy(PerplexityOfframp(), scales["ppl"]))
+    intent_m = offloaded(OfframpPolicy(DoubtByLength(), scales["intent"]))
+    assert (union == (ppl_m | intent_m)).all() and union.sum() > max(ppl_m.sum(), intent_m.sum())
+    assert set(both["wer_targets"]) == set(report["ppl"]["wer_targets"])

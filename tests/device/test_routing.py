@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, PerplexityOfframp, RoutingOptions
+from pasu.device.routing import (
+    AllOffload,
+    EitherOfframp,
+    OfframpPolicy,
+    OnDevice,
+    PerplexityOfframp,
+    RoutingOptions,
+)
 
 
 def test_policy_names():
@@ -50,3 +58,34 @@ def test_the_intent_policy_needs_the_models_intent_reader():
     pilot = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
     # weighed by length like the other offramps: 0.9 x 2 s goes, 0.9 x 1 s stays
     assert policy.decide(pilot, 2.0).offload and not policy.decide(pilot, 1.0).offload
+
+
+class FixedDoubt:
+    """An intent offramp whose doubt is set by the test."""
+
+    def __init__(self, doubt: float):
+        self.doubt = doubt
+
+    def score(self, hypothesis):
+        return self.doubt
+
+
+def test_the_ppl_and_intent_policy_offloads_when_either_check_fires():
+    """Right words under a doubtful intent, or a sure intent over doubtful words: both go to the cloud."""
+    routing = RoutingOptions(policy="ppl+intent", threshold=2 * math.e, intent_threshold=1.0)
+    with pytest.raises(ValueError, match="pasu offramp train"):
+        routing.make_policy()
+    sure_words = Hypothesis((5, 6), 0.0, True, token_att=(-0.01, -0.01, -0.01))  # perplexity about 1
+    doubtful_words = Hypothesis((5, 6), 0.0, True, token_att=(-1.0, -1.0, -1.0))  # perplexity e
+    seconds = 3.0  # perplexity e x 3 s > 2e; doubt 0.5 x 3 s > 1; doubt 0.2 x 3 s and perplexity 1 x 3 s: neither
+    decide = lambda hypothesis, doubt: routing.make_policy(FixedDoubt(doubt)).decide(hypothesis, seconds).offload
+    assert decide(doubtful_words, 0.2) and decide(sure_words, 0.5) and decide(doubtful_words, 0.5)
+    assert not decide(sure_words, 0.2)
+
+
+def test_the_either_offramp_scores_each_part_in_units_of_its_own_threshold():
+    either = EitherOfframp(((PerplexityOfframp(), 4.0), (FixedDoubt(0.3), 0.5)))
+    doubtful_words = Hypothesis((5, 6), 0.0, True, token_att=(-1.0, -1.0, -1.0))
+    assert either.score(doubtful_words) == pytest.approx(max(math.e / 4.0, 0.3 / 0.5))
+    many = EitherOfframp.combine([np.array([4.0, 1.0]), np.array([0.1, 0.4])], [2.0, 0.5])
+    assert many == pytest.approx([2.0, 0.8])
