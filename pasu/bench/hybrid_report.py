@@ -69,36 +69,53 @@ def checks_text(checks: Sequence[tuple[str, bool | None]]) -> str:
     return "\n".join(f"  [{mark[ok]}] {text}" for text, ok in checks)
 
 
+LEVEL_MARKERS = {"L": "v", "M": "o", "H": "^"}  # Offload-L / M / H; designs without a level: a diamond
+
+
+def design_family(design: str) -> tuple[str, str | None]:
+    """("Ours-PPL", "M") for "Ours-PPL-M"; (design, None) for a design without an offload level."""
+    head, _, level = design.rpartition("-")
+    return (head, level) if level in LEVEL_MARKERS else (design, None)
+
+
+def families(outcomes: Sequence[Outcome]) -> dict[str, list[Outcome]]:
+    """The designs grouped by offramp, each group in the order given (L, M, H as the bench lists them)."""
+    groups: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        groups.setdefault(design_family(o.design)[0], []).append(o)
+    return groups
+
+
 def plot_fig4(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str | Path, title: str) -> Path:
-    """Latency vs WER and vs intent accuracy; NaiveHybrid as the dashed interpolation, as in the paper."""
+    """Latency vs WER and vs intent accuracy; NaiveHybrid as the dashed interpolation, as in the paper. One
+    colour per offramp, its Offload-L / M / H joined by a line (marker v / o / ^): with a dozen designs, labels
+    written beside the points would overlap."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    groups = families(outcomes)
+    colours = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
     for ax, metric, label in ((axes[0], "wer", "WER (%)"), (axes[1], "intent_accuracy", "intent accuracy (%)")):
         ax.plot([1000 * o.mean_latency for o in naive], [100 * getattr(o, metric) for o in naive], "k--",
                 lw=1, label="NaiveHybrid")
-        for o in outcomes:
-            ax.scatter(1000 * o.mean_latency, 100 * getattr(o, metric), marker=_marker(o.design), s=40)
-            ax.annotate(o.design, (1000 * o.mean_latency, 100 * getattr(o, metric)), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+        for i, (family, members) in enumerate(groups.items()):
+            xs = [1000 * o.mean_latency for o in members]
+            ys = [100 * getattr(o, metric) for o in members]
+            ax.plot(xs, ys, "-", color=colours(i % 10), lw=0.8, alpha=0.6, label=family)
+            for o, x, y in zip(members, xs, ys):
+                ax.scatter(x, y, marker=LEVEL_MARKERS.get(design_family(o.design)[1], "D"), color=colours(i % 10),
+                           s=40, zorder=3)
         ax.set_xlabel("mean user-perceived latency (ms)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="best", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.suptitle(f"{title}  (markers: v Offload-L, o M, ^ H)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     path = Path(path)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def _marker(design: str) -> str:
-    if design.startswith("Late"):
-        return "x"
-    if "BiLSTM" in design:
-        return "s"
-    return "o" if design.startswith("Ours") else "D"

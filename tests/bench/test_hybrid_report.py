@@ -1,11 +1,11 @@
-"""What `pasu bench hybrid` and `pasu bench report` print of Table 5."""
+"""What `pasu bench hybrid` and `pasu bench report` print of Table 5 and draw of Fig. 4."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
 from pasu.bench.hybrid_eval import Outcome
-from pasu.bench.hybrid_report import table5_block
+from pasu.bench.hybrid_report import design_family, families, plot_fig4, table5_block
 
 OUTCOME = asdict(Outcome("Ours-PPL", 0.3, 0.33, 0.7, 0.5, 0.2))
 RESULT = {"table5": {"0.3300": {"NaiveHybrid": OUTCOME, "Ours-PPL": None}}}
@@ -22,3 +22,15 @@ def test_table5_shows_what_the_oracles_need_beside_the_offramps():
     lines = table5_block({**RESULT, "yardsticks": sticks}).splitlines()
     rows = {line.split("  ")[1].strip(): line.split()[-1] for line in lines if "oracle" in line or "random" in line}
     assert rows == {"NaiveHybrid (random)": "40.0", "oracle of WER>0.3": "25.0", "oracle of the gain": "-"}
+
+
+def test_fig4_groups_each_offramps_levels_and_draws_them(tmp_path):
+    names = ["Ours-NoOffload", "AllOffload", "Ours-PPL-L", "Ours-PPL+Intent-L", "Ours-PPL-M", "Ours-PPL+Intent-M",
+             "Late-PPL-M", "Ours-PPL-H"]
+    outcomes = [Outcome(name, i / 10, 0.3 - i / 100, 0.7 + i / 100, 0.1 * i, 0.05) for i, name in enumerate(names)]
+    groups = families(outcomes)
+    assert {family: [design_family(o.design)[1] for o in members] for family, members in groups.items()} == {
+        "Ours-NoOffload": [None], "AllOffload": [None], "Ours-PPL": ["L", "M", "H"],
+        "Ours-PPL+Intent": ["L", "M"], "Late-PPL": ["M"]}
+    path = plot_fig4(outcomes, outcomes[:2], tmp_path / "fig4.png", "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
