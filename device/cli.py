@@ -125,7 +125,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         policy, cloud = _routing(config.routing, args.token, model)
     except FileNotFoundError as error:  # the intent policy without the model's intent reader
-        print(f"error: {error}: the {config.routing.policy} policy needs `pasu offramp train {args.model}` first", file=sys.stderr)
+        print(f"error: {error}: the {config.routing.policy} policy needs `pasu offramp train {args.model}` first",
+              file=sys.stderr)
         return 2
     try:
         if args.mic:

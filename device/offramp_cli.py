@@ -96,24 +96,29 @@ def run_train(args: argparse.Namespace) -> int:
     answers = report["answers"]
     print(f"intent accuracy of the device's answers on {answers['utterances']} replays: {answers['answers']:.1%} "
           f"with the intent reader, {answers['decoder']:.1%} the decoder's alone")
-    for name in OFFRAMPS:
-        print(f"{name}: {json.dumps(report[name]['selectivity'])}")
-        for level, cal in report[name]["levels"].items():
-            print(f"  Offload-{level}: threshold {cal['threshold']:.4g}{_parts(report, name, level)} -> "
-                  f"offload {cal['offload_ratio']:.1%}")
+    print("\n".join(threshold_lines(report)))
     if "yardsticks" in report:
         print("\n".join(wer_target_table(report)))
     print(f"wrote {out}")
     return 0
 
 
-def _parts(report: dict, offramp: str, level: str) -> str:
-    """A combined offramp's threshold as its parts' own ("" for a single offramp)."""
+def threshold_lines(report: dict) -> list[str]:
+    """Each offramp's selectivity and Offload-L/M/H thresholds; a combined offramp's also as its parts' own
+    thresholds, the pair the agent's ppl+intent policy takes."""
     from pasu.device.offramp_train import either_thresholds
 
-    if "scales" not in report[offramp]:
-        return ""
-    return " (" + " or ".join(f"{part} > {t:.4g}" for part, t in either_thresholds(report, offramp, level).items()) + ")"
+    lines = []
+    for name in (n for n in OFFRAMPS if n in report):
+        lines.append(f"{name}: {json.dumps(report[name]['selectivity'])}")
+        for level, cal in report[name]["levels"].items():
+            parts = ""
+            if "scales" in report[name]:
+                pairs = either_thresholds(report, name, level).items()
+                parts = " (" + " or ".join(f"{part} > {t:.4g}" for part, t in pairs) + ")"
+            lines.append(f"  Offload-{level}: threshold {cal['threshold']:.4g}{parts} -> "
+                         f"offload {cal['offload_ratio']:.1%}")
+    return lines
 
 
 def wer_target_table(report: dict) -> list[str]:

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import soundfile
-from pasu.device.offramp_cli import cloud_word_edits, wer_target_table
+from pasu.device.offramp_cli import cloud_word_edits, threshold_lines, wer_target_table
 from pasu.models.data import Utterance
 
 import pasu_tests_cloud_support  # loaded by tests/conftest.py
@@ -46,3 +46,13 @@ def test_the_wer_target_table_shows_each_ranking_against_naive_hybrid():
     assert targets.split()[-2:] == ["0.3", "0.2"] and naive.split()[-2:] == ["25.0%", "50.0%"]
     assert ppl.split() == ["ppl", "10.0%", "(0.40x)", "-"]  # None: the target was out of reach
     assert oracle.split() == ["gain_oracle", "5.0%", "(0.20x)", "10.0%", "(0.20x)"]
+
+
+def test_a_combined_offramps_thresholds_are_also_printed_as_its_parts():
+    level = {"threshold": 1.5, "offload_ratio": 0.47}
+    report = {"ppl": {"selectivity": {"roc_auc": 0.7}, "levels": {"M": {"threshold": 3.0, "offload_ratio": 0.47}}},
+              "ppl_intent": {"selectivity": {"roc_auc": 0.72}, "levels": {"M": level},
+                             "scales": {"ppl": 3.0, "intent": 0.25}}}
+    lines = threshold_lines(report)
+    assert lines[1] == "  Offload-M: threshold 3 -> offload 47.0%"
+    assert lines[3] == "  Offload-M: threshold 1.5 (ppl > 4.5 or intent > 0.375) -> offload 47.0%"
