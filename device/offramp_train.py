@@ -165,14 +165,18 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
 def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],
                bad_wer: float = BAD_WER) -> dict[str, dict[str, float | None]]:
     """{ranking: {WER target: offload ratio}} for rankings no offramp has, to judge the offramps by: NaiveHybrid
-    (random), a perfect classifier of the BiLSTM's label weighed by length as the offramps are (how much the label
-    itself tells: a network's soft scores can rank a little better), and one that knows both answers' word edits
+    (random); the speech's length alone (where every offramp's length-weighed score starts: what an offramp adds
+    is its distance from this); a perfect classifier of the BiLSTM's label weighed by length as the offramps are
+    (how much the label itself tells: a network's soft scores can rank a little better); one that knows the
+    device's word edits (a perfect offramp, blind to the cloud's errors); and one that knows both answers' edits
     (the floor)."""
     local, cloud = np.array([s.local_edits for s in samples], float), np.asarray(cloud_edits, float)
     words = np.array([s.ref_words for s in samples], float)
+    seconds = np.array([s.duration for s in samples])
     order = np.arange(len(samples)) * 1e-9  # breaks ties, so that no group of equal scores must go together
-    rankings = {"label_oracle": weigh_by_length(np.array([s.bad(bad_wer) for s in samples], float),
-                                                np.array([s.duration for s in samples])) - order,
+    rankings = {"length": seconds - order,
+                "label_oracle": weigh_by_length(np.array([s.bad(bad_wer) for s in samples], float), seconds) - order,
+                "edits_oracle": local - order,
                 "gain_oracle": local - cloud - order}
     targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())
     table = {"NaiveHybrid": {f"{t:g}": naive_probability(local.sum(), cloud.sum(), words.sum(), t) for t in targets}}

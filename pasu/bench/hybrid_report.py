@@ -56,10 +56,12 @@ def table5_block(result: dict) -> str:
 def yardsticks_text(sticks: dict) -> str:
     """Table 5's yardsticks: the offload% that rankings no offramp has need for each WER target."""
     names = {"NaiveHybrid": "NaiveHybrid (random)",
+             "length": "speech length alone",  # what weighing by length gives before any offramp
              "label_oracle": f"oracle of WER>{sticks['bad_wer']:g}",  # the BiLSTM's label, known, weighed by length
+             "edits_oracle": "oracle of device edits",  # knows the device's word edits, not the cloud's
              "gain_oracle": "oracle of the gain"}  # knows both answers' word edits
     lines = [f"{'  yardsticks, offload%:':<24}" + "".join(f"{'WER<=' + t:>28}" for t in sticks["NaiveHybrid"])]
-    for key, name in names.items():
+    for key, name in ((k, n) for k, n in names.items() if k in sticks):  # runs before a yardstick lack it
         lines.append(f"  {name:<22}" + "".join(f"{_pct(r):>12}{'':>16}" for r in sticks[key].values()))
     return "\n".join(lines)
 

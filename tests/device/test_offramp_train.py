@@ -100,12 +100,15 @@ def test_the_bilstm_can_learn_from_more_utterances_than_are_calibrated_on():
 
 def test_yardsticks_price_random_and_oracle_offloading():
     """Local WER 0.4, all in the bad half, the cloud perfect: each fifth of the gain costs 6 of 60 utterances to an
-    oracle, 12 to NaiveHybrid."""
+    oracle, 12 to NaiveHybrid; every utterance lasts 2 s, so length alone ranks them no better than chance."""
     samples = split()
     table = yardsticks(samples, [0] * 60)
     assert list(table["NaiveHybrid"].values()) == pytest.approx([0.2, 0.4, 0.6, 0.8])
-    for oracle in ("label_oracle", "gain_oracle"):
+    assert list(table["length"].values()) == pytest.approx([0.2, 0.4, 0.6, 0.8], abs=1 / 60)
+    for oracle in ("label_oracle", "edits_oracle", "gain_oracle"):
         assert list(table[oracle].values()) == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    longer = [dataclasses.replace(s, duration=3.0) if s.local_edits else s for s in samples]
+    assert list(yardsticks(longer, [0] * 60)["length"].values()) == pytest.approx([0.1, 0.2, 0.3, 0.4])
     _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60)
     assert report["yardsticks"] == table
 
