@@ -40,7 +40,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
-               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.1\n"
+               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
                "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,10 +66,10 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                           "read routing.intent_threshold)")
     run.add_argument("--threshold", type=float, default=None,
                      help="last pilot perplexity x speech seconds above which ppl and ppl+intent offload "
-                          "(routing.threshold; default 3.1)")
+                          "(routing.threshold; default 3.0)")
     run.add_argument("--intent-threshold", type=float, default=None,
                      help="last pilot intent doubt x speech seconds above which intent and ppl+intent offload "
-                          "(routing.intent_threshold; default 0.25)")
+                          "(routing.intent_threshold; default 0.22)")
     # float32 is left out: twice pcm16's bytes for no accuracy a microphone's 16 bits do not already give
     run.add_argument("--encoding", choices=("pcm16", "flac", "opus"), default=None,
                      help="how the waveform is uploaded (routing.encoding; opus for slow uplinks)")
