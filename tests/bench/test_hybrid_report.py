@@ -20,8 +20,8 @@ def test_table5_shows_what_the_oracles_need_beside_the_offramps():
     sticks = {"bad_wer": 0.3, "NaiveHybrid": {"0.33": 0.4}, "length": {"0.33": 0.35}, "label_oracle": {"0.33": 0.25},
               "gain_oracle": {"0.33": None}}  # a run from before the device-edits oracle: its row is left out
     lines = table5_block({**RESULT, "yardsticks": sticks}).splitlines()
-    rows = {line.split("  ")[1].strip(): line.split()[-1] for line in lines[lines.index(next(
-        line for line in lines if "yardsticks" in line)) + 1:]}
+    header = next(i for i, line in enumerate(lines) if "yardsticks" in line)
+    rows = {line.split("  ")[1].strip(): line.split()[-1] for line in lines[header + 1:]}
     assert rows == {"NaiveHybrid (random)": "40.0", "speech length alone": "35.0", "oracle of WER>0.3": "25.0",
                     "oracle of the gain": "-"}
 
