@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     options = config.agent
     try:
         policy, cloud = _routing(config.routing, args.token, model)
-    except FileNotFoundError as error:  # the intent policy without the model's intent reader
+    except FileNotFoundError as error:  # a policy with the intent check, and the model has no intent reader
         print(f"error: {error}: the {config.routing.policy} policy needs `pasu offramp train {args.model}` first",
               file=sys.stderr)
         return 2

@@ -229,8 +229,8 @@ def intent_offramp(model: DeviceModel) -> IntentAgreementOfframp:
 
 
 def model_policy(routing: RoutingOptions, model: DeviceModel) -> Policy:
-    """`routing`'s policy for a model from `load_device_model`: the intent policy reads its intent reader
-    (FileNotFoundError without one)."""
+    """`routing`'s policy for a model from `load_device_model`: the policies with the intent check read its
+    intent reader (FileNotFoundError without one)."""
     return routing.make_policy(intent_offramp(model) if routing.reads_intent else None)
 
 
