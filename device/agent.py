@@ -71,6 +71,7 @@ class AgentOptions:
     # Each shortcut stays available; pilots keep them (their reference is the previous pilot).
     final_search: SearchOptions = SearchOptions(beam_size=5, ctc_weight=0.3, stop_when_decided=True)
     cloud_deadline_s: float = 2.0  # budget of one offload, retries included; then the local result is used
+    lm: str = ""  # a `pasu lm train` folder fused into the searches with lm_weight > 0 (use_lm_of); "": none
 
 
 @dataclass(frozen=True)
@@ -396,4 +397,14 @@ def espnet_search_for(model: DeviceModel, options: AgentOptions) -> Any:
     if options.decoder == "pilot":
         return None
     o = options.final_search
-    return model.espnet_search(o.beam_size, o.ctc_weight, batch=options.decoder == "espnet_batch")
+    return model.espnet_search(o.beam_size, o.ctc_weight, batch=options.decoder == "espnet_batch",
+                               lm_weight=o.lm_weight)
+
+
+def use_lm_of(model: DeviceModel, options: AgentOptions) -> None:
+    """Load `options.lm` into the model's searches (nothing without one); OSError / ValueError when it is not
+    an LM folder or reads other tokens."""
+    if options.lm:
+        from pasu.models.lm import load_lm
+
+        model.use_lm(load_lm(options.lm))

@@ -42,6 +42,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
                "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
+               "  pasu device run --audio sample.wav --lm models/shipped/lm --lm-weight 0.2\n"
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     source = run.add_mutually_exclusive_group(required=True)
@@ -70,6 +71,10 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--intent-threshold", type=float, default=None,
                      help="last pilot intent doubt x speech seconds above which intent and ppl+intent offload "
                           "(routing.intent_threshold; default 0.22)")
+    run.add_argument("--lm", default=None,
+                     help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
+    run.add_argument("--lm-weight", type=float, default=None,
+                     help="the LM's weight in the final decode (agent.final_search.lm_weight; default 0: off)")
     # float32 is left out: twice pcm16's bytes for no accuracy a microphone's 16 bits do not already give
     run.add_argument("--encoding", choices=("pcm16", "flac", "opus"), default=None,
                      help="how the waveform is uploaded (routing.encoding; opus for slow uplinks)")
@@ -98,7 +103,9 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
     routing = replace(config.routing, **_given(cloud=cloud, policy=args.policy, threshold=args.threshold,
                                                 intent_threshold=args.intent_threshold, encoding=args.encoding))
-    return replace(config, agent=replace(config.agent, pilot=pilot), routing=routing)
+    final_search = replace(config.agent.final_search, **_given(lm_weight=args.lm_weight))
+    agent = replace(config.agent, pilot=pilot, final_search=final_search, **_given(lm=args.lm))
+    return replace(config, agent=agent, routing=routing)
 
 
 def _given(**flags: Any) -> dict[str, Any]:
@@ -107,7 +114,7 @@ def _given(**flags: Any) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pasu.device.agent import DeviceAgent, play_realtime, replay
+    from pasu.device.agent import DeviceAgent, play_realtime, replay, use_lm_of
     from pasu.device.audio import AudioError, load_audio
     from pasu.device.offramp_train import load_device_model
 
@@ -122,6 +129,14 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     model = load_device_model(args.model)  # with its intent reader, when `pasu offramp train` left one
     options = config.agent
+    try:
+        use_lm_of(model, options)
+    except (OSError, ValueError) as error:
+        print(f"error: agent.lm {options.lm}: {error}", file=sys.stderr)
+        return 2
+    if (options.final_search.lm_weight or options.pilot.search.lm_weight) and model.lm is None:
+        print("error: an lm_weight above 0 needs an LM (agent.lm or --lm)", file=sys.stderr)
+        return 2
     try:
         policy, cloud = _routing(config.routing, args.token, model)
     except FileNotFoundError as error:  # a policy with the intent check, and the model has no intent reader

@@ -13,13 +13,20 @@ import torch
 from pasu.device.decoding.search import BeamSearch, Hypothesis
 from pasu.device.encoding import EncoderStream, open_stream
 from pasu.device.intent_offramp import intent_confidence
-from pasu.models.recognizer import DecodingOptions, banned_token_ids, espnet_beam_search, packaged_weights_id
+from pasu.models.recognizer import (
+    DecodingOptions,
+    banned_token_ids,
+    espnet_beam_search,
+    packaged_weights_id,
+    weights_digest,
+)
 from pasu.models.targets import decode_target
 
 from pasu.metrics import SluResult
 
 if TYPE_CHECKING:
     from pasu.device.intent_offramp import IntentMixture
+    from pasu.models.lm import PackagedLm
 
 
 class DeviceModel:
@@ -33,11 +40,27 @@ class DeviceModel:
         self.model_id = model_id  # the name in tables and logs
         self.weights_id = weights_id or model_id  # name@digest: which weights exactly (replay caches key on it)
         self.banned = banned_token_ids(self.token_list)
-        self.search = BeamSearch(model.decoder, model.ctc, model.sos, model.eos, len(self.token_list),
-                                 self.banned, blank=0)
+        self.lm: PackagedLm | None = None  # shallow fusion in every search with lm_weight > 0 (use_lm)
+        self.search = self._build_search()
         # the intent reader the answer weighs in (MODEL/offramp: `offramp_train.load_device_model`); None: the
         # decoder's intent as it is
         self.intent_mixture: IntentMixture | None = None
+
+    def _build_search(self) -> BeamSearch:
+        lm = self.lm.model.lm if self.lm is not None else None  # the network inside ESPnetLanguageModel scores
+        return BeamSearch(self.model.decoder, self.model.ctc, self.model.sos, self.model.eos, len(self.token_list),
+                          self.banned, blank=0, lm=lm)
+
+    def use_lm(self, lm: PackagedLm) -> None:
+        """Fuse a token LM (`pasu lm train`) into the searches whose options give it a weight; ValueError when it
+        reads other tokens than this model."""
+        from pasu.models.lm import check_token_list
+
+        check_token_list(lm, self.token_list)
+        self.lm = lm
+        self.search = self._build_search()
+        # the model's name stays (an LM at weight 0 changes nothing); replay caches must tell them apart
+        self.weights_id += f"+{lm.name}@{weights_digest(lm.weights)}"
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> DeviceModel:
@@ -74,10 +97,13 @@ class DeviceModel:
         intent, _ = self.intent_mixture.reading(slu, intent_confidence(hypothesis))
         return replace(slu, intent=intent)
 
-    def espnet_search(self, beam_size: int, ctc_weight: float, batch: bool) -> Any:
-        """ESPnet's own BatchBeamSearch / BeamSearch with the same scorers (the vanilla baselines)."""
-        options = DecodingOptions(beam_size=beam_size, ctc_weight=ctc_weight)
-        return espnet_beam_search(self.model, self.token_list, options, batch=batch)
+    def espnet_search(self, beam_size: int, ctc_weight: float, batch: bool, lm_weight: float = 0.0) -> Any:
+        """ESPnet's own BatchBeamSearch / BeamSearch with the same scorers (the vanilla baselines), the LM
+        (use_lm) among them at `lm_weight` > 0."""
+        lm = self.lm if lm_weight else None
+        options = DecodingOptions(beam_size=beam_size, ctc_weight=ctc_weight,
+                                  lm=str(lm.weights.parent) if lm is not None else None, lm_weight=lm_weight)
+        return espnet_beam_search(self.model, self.token_list, options, batch=batch, lm=lm)
 
     @torch.inference_mode()
     def espnet_decode(self, search: Any, encoded: torch.Tensor) -> tuple[list[int], float]:

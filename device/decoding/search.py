@@ -23,6 +23,10 @@ Two more need no reference (ours, not the paper's):
   the first step, while a full beam could still let another intent overtake once the words are heard.
 
 Pilots themselves run this search with a token cap, recording CTC forward variables for the next one.
+
+Shallow fusion: a search built with a token LM (ESPnet's `SequentialRNNLM`, `pasu lm train`) adds
+`lm_weight` x its log-probability of each token to the scores, before the pre-beam, as ESPnet's search does
+with Speech2Text's `lm` scorer; the forced scores (`token_scores`, first-token rescoring) add it too.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class SearchOptions:
     # k > 1: the best hypothesis is rescored with each of the first step's k best first tokens in its place
     # (SLURP-style targets: the intent) and the best scoring one is returned; <= 1: off
     rescore_first_tokens: int = 0
+    # weight of the search's LM (shallow fusion; BeamSearch(lm=...)); 0: off. Not part of token_att/token_ctc.
+    lm_weight: float = 0.0
 
     @property
     def pre_beam(self) -> int:
@@ -96,6 +102,7 @@ class Hypothesis:
     decoder_state: Any = field(default=None, repr=False, compare=False)
     ctc_r: torch.Tensor | None = field(default=None, repr=False, compare=False)  # (T, 2) forward variables
     ctc_psi: float = 0.0  # log CTC prefix probability of `tokens`
+    lm_state: Any = field(default=None, repr=False, compare=False)  # the LM's state after `tokens`
 
 
 @dataclass
@@ -134,10 +141,13 @@ class BeamSearch:
     """Searches one utterance's encoder output with an ESPnet attention decoder and CTC head."""
 
     def __init__(self, decoder: Any, ctc: Any, sos: int, eos: int, vocab_size: int,
-                 banned_tokens: Sequence[int] = (), blank: int = 0):
-        # decoder: espnet2 AbsDecoder with batch_score (TransformerDecoder); ctc: espnet2 CTC (log_softmax)
+                 banned_tokens: Sequence[int] = (), blank: int = 0, lm: Any = None):
+        # decoder: espnet2 AbsDecoder with batch_score (TransformerDecoder); ctc: espnet2 CTC (log_softmax);
+        # lm: None or an ESPnet LM scorer with batch_score over the same token ids (SequentialRNNLM), used
+        # when SearchOptions.lm_weight > 0
         self.decoder = decoder
         self.ctc = ctc
+        self.lm = lm
         self.sos, self.eos, self.blank = sos, eos, blank
         self.vocab_size = vocab_size
         self.banned = torch.zeros(vocab_size)
@@ -152,6 +162,7 @@ class BeamSearch:
         should_abort: Callable[[], bool] | None = None,
     ) -> SearchResult:
         """Decode (T, D) encoder frames; `should_abort` is polled before every step."""
+        self._check_lm(options)
         run = _Run(self, encoded, options, reference)
         while not run.finished:
             if should_abort is not None and should_abort():
@@ -164,14 +175,21 @@ class BeamSearch:
                      options: SearchOptions = SearchOptions()) -> list[Hypothesis]:
         """Given token sequences (no <sos>/<eos>, equal lengths) as ended hypotheses, scored on (T, D) encoder
         frames as the search with `options` would score them (forced decoding: per-token scores and total)."""
+        self._check_lm(options)
         seqs = torch.tensor([list(s) for s in sequences], dtype=torch.long)
         memory = encoded.unsqueeze(0)
         ctc = CtcPrefixScorer(self.ctc.log_softmax(memory)[0], self.blank, self.eos)
         att, inc = forced_att(self, memory, seqs), forced_ctc(self, ctc, seqs)
         static = (self.banned + options.length_bonus)[_with_eos(seqs, self.eos)]
         totals = ((1.0 - options.ctc_weight) * att + options.ctc_weight * inc + static).sum(1)
+        if options.lm_weight:
+            totals += options.lm_weight * forced_lm(self, seqs).sum(1)
         return [Hypothesis(tuple(s), float(t), True, tuple(a.tolist()), tuple(c.tolist()))
                 for s, t, a, c in zip(seqs.tolist(), totals, att, inc)]
+
+    def _check_lm(self, options: SearchOptions) -> None:
+        if options.lm_weight and self.lm is None:
+            raise ValueError(f"lm_weight {options.lm_weight} needs a search built with an LM (an agent's `lm`)")
 
 
 class _Run:
@@ -220,6 +238,10 @@ class _Run:
             ys, [h.decoder_state for h in hyps], self.memory.expand(n, -1, -1)
         )
         weighted = (1.0 - self.o.ctc_weight) * att + self.static_scores
+        lm_states: list = [None] * n
+        if self.o.lm_weight:  # a full scorer, as the decoder: before the pre-beam (ESPnet's "full" key)
+            lm_scores, lm_states = self.s.lm.batch_score(ys, [h.lm_state for h in hyps], self.memory)
+            weighted = weighted + self.o.lm_weight * lm_scores
         ids = _pre_beam(weighted, self.o.pre_beam)
         ctc_inc, cand_r, psi, ids = self._ctc_scores(hyps, ids)
         total = weighted + self.o.ctc_weight * ctc_inc + torch.tensor([h.score for h in hyps]).unsqueeze(1)
@@ -231,12 +253,12 @@ class _Run:
         new = []
         for score, flat in zip(top_scores.tolist(), top.tolist()):
             j, c = divmod(flat, self.s.vocab_size)
-            new.append(self._extend(hyps[j], j, c, score, att, ctc_inc, dec_states, cand_r, psi, ids))
+            new.append(self._extend(hyps[j], j, c, score, att, ctc_inc, dec_states, cand_r, psi, ids, lm_states))
         self._advance([h for h in new if h is not None])
 
     def _extend(self, parent: Hypothesis, j: int, c: int, score: float, att: torch.Tensor,
                 ctc_inc: torch.Tensor, dec_states: list, cand_r: torch.Tensor, psi: torch.Tensor,
-                ids: torch.Tensor) -> Hypothesis | None:
+                ids: torch.Tensor, lm_states: list) -> Hypothesis | None:
         token_att = parent.token_att + (float(att[j, c]),)
         token_ctc = parent.token_ctc + (float(ctc_inc[j, c]),)
         if c == self.s.eos:
@@ -246,7 +268,7 @@ class _Run:
             return None
         col = int(cols[0])
         return Hypothesis(parent.tokens + (c,), score, False, token_att, token_ctc, dec_states[j],
-                          cand_r[:, :, j, col], float(psi[j, col]))
+                          cand_r[:, :, j, col], float(psi[j, col]), lm_states[j])
 
     def _advance(self, new: list[Hypothesis]) -> None:
         """ESPnet's post_process + end detection, then the reference-driven collapse and termination."""
@@ -374,6 +396,8 @@ class _Run:
         static = self.static_scores[_with_eos(seqs, self.s.eos)]
         # the CTC increments of a sequence add up to its CTC log-likelihood: one ctc_loss call scores all k
         totals = ((1.0 - self.o.ctc_weight) * att + static).sum(1) + self.o.ctc_weight * self.ctc.log_likelihood(seqs)
+        if self.o.lm_weight:
+            totals += self.o.lm_weight * forced_lm(self.s, seqs).sum(1)
         j = int(totals.argmax())
         # best's own score came from the beam's incremental arithmetic: compare like with like, and let only a
         # clearly better alternative replace it
@@ -391,6 +415,14 @@ def forced_att(search: BeamSearch, memory: torch.Tensor, seqs: torch.Tensor) -> 
     ys_in = torch.cat((torch.full((k, 1), search.sos), seqs), 1)
     logits, _ = search.decoder(memory.expand(k, -1, -1), torch.full((k,), memory.size(1)), ys_in,
                                torch.full((k,), length + 1))
+    return torch.log_softmax(logits, -1).gather(2, _with_eos(seqs, search.eos).unsqueeze(2)).squeeze(2)
+
+
+def forced_lm(search: BeamSearch, seqs: torch.Tensor) -> torch.Tensor:
+    """The search's LM log-probability of each token of (k, L) sequences, then of <eos>: (k, L + 1), from one
+    teacher-forced pass (the LM reads <sos> first, as in the search)."""
+    ys_in = torch.cat((torch.full((seqs.size(0), 1), search.sos), seqs), 1)
+    logits, _ = search.lm(ys_in, None)
     return torch.log_softmax(logits, -1).gather(2, _with_eos(seqs, search.eos).unsqueeze(2)).squeeze(2)
 
 

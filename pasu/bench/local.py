@@ -5,7 +5,8 @@ work advancing the clock by its measured compute time, see pasu.device.agent) in
 utterance with every configuration in turn, so the ratios between them are measured side by side. Rows:
 ESPnet's own BeamSearch and BatchBeamSearch, the agent as shipped (decided stop), our pilot-assisted decoding
 with every optimization, each optimization alone (the paper's Fig. 5), the pilot interval tau and incremental
-vs from-scratch pilots (Table 4), and faster-whisper tiny.en (what a user would pick instead).
+vs from-scratch pilots (Table 4), and faster-whisper tiny.en (what a user would pick instead). With `--lm`,
+ESPnet's BatchBeamSearch and the shipped agent also run with the LM fused in (`espnet_batch+lm`, `ours+lm`).
 `--check-clock N` replays N utterances both on the virtual clock and at real-time pace and prints how far
 apart the latencies are.
 """
@@ -49,10 +50,11 @@ ALL_ON = replace(OURS, beam_collapse=True, early_termination=True, ctc_leap=True
 NO_PILOT = PilotOptions(enabled=False)
 
 
-def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5)) -> dict[str, AgentOptions]:
+def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5), lm_weight: float = 0.0) -> dict[str, AgentOptions]:
     """Name -> agent options, all with beam 5 and CTC weight 0.3. 'ours' is the agent as shipped (pilots every
     tau = 1 s, final decode with the decided stop); 'ours_all' turns every optimization on. The pilot interval
-    and from-scratch pilots (Table 4) are varied on 'ours_all', the decode that follows the last pilot."""
+    and from-scratch pilots (Table 4) are varied on 'ours_all', the decode that follows the last pilot. With
+    `lm_weight` > 0, 'espnet_batch+lm' and 'ours+lm' fuse the model's LM (DeviceModel.use_lm) at that weight."""
     pilot = PilotOptions(interval_seconds=1.0)
     configs = {
         "espnet_beam": AgentOptions(pilot=NO_PILOT, decoder="espnet_beam", final_search=PLAIN),
@@ -69,6 +71,9 @@ def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5)) -> dict[str, Agent
         if tau != 1.0:
             configs[f"ours_all_tau_{tau:g}"] = AgentOptions(pilot=replace(pilot, interval_seconds=tau),
                                                             final_search=ALL_ON)
+    if lm_weight:
+        configs["espnet_batch+lm"] = replace(configs["espnet_batch"], final_search=replace(PLAIN, lm_weight=lm_weight))
+        configs["ours+lm"] = replace(configs["ours"], final_search=replace(OURS, lm_weight=lm_weight))
     return configs
 
 
@@ -232,6 +237,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="processes replaying (model, split) groups at once, one core each (default 1). Each "
                         "group's configurations still run side by side in one process; with 2 jobs on 2 cores the "
                         "groups share memory bandwidth, so absolute latencies read slightly higher")
+    p.add_argument("--lm", type=Path, default=None,
+                   help="a `pasu lm train` folder on the models' tokens: adds the espnet_batch+lm and ours+lm rows")
+    p.add_argument("--lm-weight", type=float, default=0.2, help="the LM's weight with --lm (default: %(default)s)")
     p.add_argument("--check-clock", type=int, default=0, metavar="N",
                    help="also compare virtual-clock and real-time latencies on N utterances (first model, first split)")
     p.add_argument("--out", type=Path, default=Path("bench/local.json"), help="JSON results")
@@ -239,14 +247,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def replay_group(folder: Path, corpus: Path, split: str, utterances: int, config_names: list[str] | None,
-                 threads: int) -> list[Row]:
+                 threads: int, lm: Path | None = None, lm_weight: float = 0.0) -> list[Row]:
     """Every configuration on one model and split in this process, interleaved utterance by utterance (so
     their ratios are measured side by side); the group's rows are printed when it is done."""
     torch.set_num_threads(threads)
-    configs = configurations()
+    configs = configurations(lm_weight=lm_weight if lm is not None else 0.0)
     if config_names:
         configs = {k: configs[k] for k in config_names}
     model = DeviceModel.from_folder(folder)
+    if lm is not None:
+        from pasu.models.lm import load_lm
+
+        model.use_lm(load_lm(lm))
     utts = dev_subset(load_split(corpus, split), utterances, seed=0)
     audio = [read_audio(u.audio) for u in utts]
     replay(model, audio[0], configs.get("ours", AgentOptions()))  # warm-up: first calls are slow
@@ -258,7 +270,7 @@ def replay_group(folder: Path, corpus: Path, split: str, utterances: int, config
 
 def _replay_groups(args: argparse.Namespace) -> list[Row]:
     """(model, split) groups, in one process or spread over `args.jobs` processes (one core each)."""
-    groups = [(folder, args.corpus, split, args.utterances, args.configs, args.threads)
+    groups = [(folder, args.corpus, split, args.utterances, args.configs, args.threads, args.lm, args.lm_weight)
               for folder in args.models for split in args.splits]
     if args.jobs <= 1:
         return [row for group in groups for row in replay_group(*group)]

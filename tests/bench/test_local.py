@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -23,6 +24,13 @@ def test_ours_is_the_agents_shipped_decode_and_ours_all_turns_every_shortcut_on(
     assert configs["ours_all_tau_2"].pilot.interval_seconds == 2.0
     assert configs["ours_all_tau_2"].final_search == configs["ours_all"].final_search
     assert configs["espnet_batch"].decoder == "espnet_batch" and not configs["espnet_batch"].pilot.enabled
+
+
+def test_with_an_lm_weight_espnet_and_ours_also_run_with_the_lm():
+    plain, fused = configurations(), configurations(lm_weight=0.2)
+    assert "ours+lm" not in plain and set(fused) - set(plain) == {"espnet_batch+lm", "ours+lm"}
+    assert fused["ours+lm"].final_search == replace(plain["ours"].final_search, lm_weight=0.2)
+    assert fused["espnet_batch+lm"].decoder == "espnet_batch" and fused["espnet_batch+lm"].final_search.lm_weight == 0.2
 
 
 def test_bench_local_measures_each_configuration_side_by_side(tmp_path, cloud_support, capsys):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+import torch
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +27,19 @@ def speech_like():
         return (0.1 * rng.standard_normal(n) * envelope).astype(np.float32)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def with_lm(tiny_model, tmp_path_factory):
+    """The tiny model with a random token LM fused in (a sharpened output layer, so that it has opinions)."""
+    from pasu.device.runtime import DeviceModel
+    from pasu.models.lm import LmNetOptions, PackagedLm, build_lm
+
+    torch.manual_seed(0)
+    network = build_lm(len(tiny_model.token_list), LmNetOptions(unit=32, nlayers=1, dropout_rate=0.0)).eval()
+    torch.nn.init.normal_(network.lm.decoder.weight, std=2.0)
+    weights = tmp_path_factory.mktemp("tiny-lm") / "model.pt"
+    torch.save(network.state_dict(), weights)
+    model = DeviceModel(tiny_model.model, tiny_model.token_list, tiny_model.detokenize, "tiny-untrained")
+    model.use_lm(PackagedLm(network, list(tiny_model.token_list), "tiny-lm", weights))
+    return model

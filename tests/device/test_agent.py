@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from pasu.cloud.config import ServerConfig
@@ -161,3 +163,13 @@ def test_an_unreachable_cloud_falls_back_to_the_local_answer(tiny_model, speech_
     assert result.tokens  # the local decode answered
     on_device = replay(tiny_model, speech_like(1.0, seed=8), NO_PILOTS, policy=OnDevice())
     assert on_device.route == "local" and on_device.tokens == result.tokens
+
+
+def test_with_an_lm_the_final_decode_answers_as_espnets_with_it(with_lm, speech_like):
+    wave = speech_like(1.6, seed=4)
+    fused = replace(AgentOptions().final_search, lm_weight=0.5)
+    ours = replay(with_lm, wave, AgentOptions(final_search=fused))  # pilots on, as shipped
+    espnet = replay(with_lm, wave, AgentOptions(pilot=PilotOptions(enabled=False), decoder="espnet_batch",
+                                                final_search=fused))
+    assert ours.tokens == espnet.tokens and ours.text == espnet.text
+    assert ours.tokens != replay(with_lm, wave, AgentOptions()).tokens  # the LM had a say

@@ -109,3 +109,11 @@ def test_the_intent_policy_reads_the_models_intent_reader(parser, tmp_path, caps
                      ReaderOptions(min_df=1)).save(model / "offramp")
     # scores lie in [0, 1] x 2.5 s: above -1 always (offload, then fall back), above 3 never (local)
     assert (route(-1.0), route(3.0)) == ("fallback", "local")
+
+
+def test_lm_flags(parser):
+    config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--lm", "some/lm",
+                                                 "--lm-weight", "0.2"]))
+    assert (config.agent.lm, config.agent.final_search.lm_weight) == ("some/lm", 0.2)
+    assert config.agent.pilot.search.lm_weight == 0.0  # pilots stay as they were
+    assert config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav"])).agent.lm == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model
@@ -38,3 +39,16 @@ def test_the_answer_weighs_in_the_intent_reader_of_the_offramp_folder(tmp_path, 
     unsure = model.answer(tokens, hypothesis(0.1))
     assert unsure.intent == "weather_query" and unsure.text == model.read(tokens).text
     assert model.answer(tokens, None) == model.read(tokens)  # ESPnet's search gives no per-token probabilities
+
+
+def test_an_lm_on_other_tokens_is_refused(tiny_model, tmp_path):
+    from pasu.device.runtime import DeviceModel
+    from pasu.models.lm import LmNetOptions, PackagedLm, build_lm
+
+    tokens = list(tiny_model.token_list)
+    other = tokens[:-1] + ["<something-else>"]
+    network = build_lm(len(other), LmNetOptions(unit=8, nlayers=1, dropout_rate=0.0)).eval()
+    model = DeviceModel(tiny_model.model, tokens, tiny_model.detokenize, "tiny")
+    with pytest.raises(ValueError, match="another token list"):
+        model.use_lm(PackagedLm(network, other, "other-lm", tmp_path / "model.pt"))
+    assert model.lm is None and model.weights_id == "tiny"

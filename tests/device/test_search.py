@@ -164,3 +164,33 @@ def test_first_token_rescoring_picks_the_best_scoring_first_token(tiny_model, en
         assert rescored.best.tokens == best.tokens
         assert rescored.stats.first_token_rescored == (best.tokens != plain.best.tokens)
         assert rescored.best.score == pytest.approx(best.score, abs=1e-3)
+
+
+def test_with_an_lm_it_is_espnets_batch_beam_search_with_that_lm(with_lm, encoded, vanilla):
+    espnet = with_lm.espnet_search(beam_size=5, ctc_weight=0.3, batch=True, lm_weight=0.5)
+    changed = 0
+    for enc, v in zip(encoded, vanilla):
+        ours = with_lm.search.search(enc, SearchOptions(lm_weight=0.5))
+        with torch.inference_mode():
+            hyps = espnet(x=enc, maxlenratio=0.0, minlenratio=0.0)
+        assert [int(t) for t in hyps[0].yseq[1:-1]] == list(ours.best.tokens)
+        assert [round(float(h.score), 3) for h in hyps[:5]] == [round(h.score, 3) for h in ours.hypotheses[:5]]
+        changed += ours.best.tokens != v.best.tokens
+    assert changed  # the LM has a say
+
+
+def test_forced_scores_with_an_lm_reproduce_the_searchs_own(with_lm, encoded):
+    options = SearchOptions(lm_weight=0.5)
+    checked = 0
+    for enc in encoded:
+        for hyp in with_lm.search.search(enc, options).hypotheses[:3]:
+            if len(hyp.token_att) != len(hyp.tokens) + 1:  # ended by the length limit: no <eos> score
+                continue
+            checked += 1
+            assert with_lm.search.token_scores(enc, [hyp.tokens], options)[0].score == pytest.approx(hyp.score, abs=1e-3)
+    assert checked >= 4
+
+
+def test_an_lm_weight_needs_a_search_with_an_lm(tiny_model, encoded):
+    with pytest.raises(ValueError, match="needs a search built with an LM"):
+        tiny_model.search.search(encoded[0], SearchOptions(lm_weight=0.3))

@@ -146,6 +146,29 @@ def test_lm_weight_zero_changes_nothing_and_a_strong_lm_pulls_the_decode_to_its_
     assert "lm" in search.full_scorers and search.weights["lm"] == options.lm_weight
 
 
+def test_the_device_agent_fuses_the_lm_in_its_final_decode(asr_folder, strong_lm, tmp_path, capsys):
+    import soundfile
+
+    wav = tmp_path / "speech.wav"
+    soundfile.write(wav, pasu_tests_cloud_support.waveform(2.0, seed=3), 16000)
+
+    def run(*flags):
+        args = build_parser().parse_args(["device", "run", "--audio", str(wav), "--model", str(asr_folder),
+                                          "--no-pilots", "--json", *flags])
+        code = args.run(args)
+        captured = capsys.readouterr()
+        return code, json.loads(captured.out) if code == 0 else captured.err
+
+    _, without = run()
+    code, fused = run("--lm", str(strong_lm), "--lm-weight", "5")
+    assert code == 0 and (fused["text"], fused["intent"]) == ("wake me up at five am", "alarm_set")
+    assert without["text"] != fused["text"]
+    code, error = run("--lm-weight", "0.2")
+    assert code == 2 and "needs an LM" in error
+    code, error = run("--lm", str(tmp_path), "--lm-weight", "0.2")
+    assert code == 2 and "no LM folder there" in error
+
+
 def test_the_commands_end_to_end(asr_folder, tmp_path, capsys):
     from pasu.models.data import write_synthetic_corpus
 
