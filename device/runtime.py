@@ -100,6 +100,8 @@ class DeviceModel:
     def espnet_search(self, beam_size: int, ctc_weight: float, batch: bool, lm_weight: float = 0.0) -> Any:
         """ESPnet's own BatchBeamSearch / BeamSearch with the same scorers (the vanilla baselines), the LM
         (use_lm) among them at `lm_weight` > 0."""
+        if lm_weight and self.lm is None:
+            raise ValueError(f"lm_weight {lm_weight} needs a model with an LM (use_lm)")
         lm = self.lm if lm_weight else None
         options = DecodingOptions(beam_size=beam_size, ctc_weight=ctc_weight,
                                   lm=str(lm.weights.parent) if lm is not None else None, lm_weight=lm_weight)

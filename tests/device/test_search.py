@@ -194,3 +194,5 @@ def test_forced_scores_with_an_lm_reproduce_the_searchs_own(with_lm, encoded):
 def test_an_lm_weight_needs_a_search_with_an_lm(tiny_model, encoded):
     with pytest.raises(ValueError, match="needs a search built with an LM"):
         tiny_model.search.search(encoded[0], SearchOptions(lm_weight=0.3))
+    with pytest.raises(ValueError, match="needs a model with an LM"):
+        tiny_model.espnet_search(beam_size=5, ctc_weight=0.3, batch=True, lm_weight=0.3)
