@@ -403,8 +403,10 @@ def espnet_search_for(model: DeviceModel, options: AgentOptions) -> Any:
 
 def use_lm_of(model: DeviceModel, options: AgentOptions) -> None:
     """Load `options.lm` into the model's searches (nothing without one); OSError / ValueError when it is not
-    an LM folder or reads other tokens."""
+    an LM folder or reads other tokens, ValueError when a search's lm_weight asks for an LM the model lacks."""
     if options.lm:
         from pasu.models.lm import load_lm
 
         model.use_lm(load_lm(options.lm))
+    if (options.final_search.lm_weight or options.pilot.search.lm_weight) and model.lm is None:
+        raise ValueError("an lm_weight above 0 needs an LM (agent.lm or --lm)")

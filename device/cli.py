@@ -132,10 +132,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         use_lm_of(model, options)
     except (OSError, ValueError) as error:
-        print(f"error: agent.lm {options.lm}: {error}", file=sys.stderr)
-        return 2
-    if (options.final_search.lm_weight or options.pilot.search.lm_weight) and model.lm is None:
-        print("error: an lm_weight above 0 needs an LM (agent.lm or --lm)", file=sys.stderr)
+        print(f"error: agent.lm {options.lm!r}: {error}", file=sys.stderr)
         return 2
     try:
         policy, cloud = _routing(config.routing, args.token, model)

@@ -102,10 +102,9 @@ class DeviceModel:
         (use_lm) among them at `lm_weight` > 0."""
         if lm_weight and self.lm is None:
             raise ValueError(f"lm_weight {lm_weight} needs a model with an LM (use_lm)")
-        lm = self.lm if lm_weight else None
-        options = DecodingOptions(beam_size=beam_size, ctc_weight=ctc_weight,
-                                  lm=str(lm.weights.parent) if lm is not None else None, lm_weight=lm_weight)
-        return espnet_beam_search(self.model, self.token_list, options, batch=batch, lm=lm)
+        options = DecodingOptions(beam_size=beam_size, ctc_weight=ctc_weight, lm_weight=lm_weight)
+        return espnet_beam_search(self.model, self.token_list, options, batch=batch,
+                                  lm=self.lm if lm_weight else None)
 
     @torch.inference_mode()
     def espnet_decode(self, search: Any, encoded: torch.Tensor) -> tuple[list[int], float]:

@@ -265,7 +265,8 @@ def espnet_beam_search(model: Any, token_list: Sequence[str], options: DecodingO
                        lm: PackagedLm | None = None) -> Any:
     """ESPnet's own hybrid CTC/attention search (`BatchBeamSearch`, or `BeamSearch` when not `batch`) over
     the attention decoder, CTC prefix scorer, length bonus and, when `options.lm` is set, the LM, as ESPnet's
-    `Speech2Text` builds it. `lm`: `options.lm` already loaded (load it once for many searches)."""
+    `Speech2Text` builds it. `lm`: `options.lm` already loaded (load it once for many searches), or an LM loaded
+    elsewhere (fused at `options.lm_weight` even without `options.lm`)."""
     from espnet.nets.batch_beam_search import BatchBeamSearch
     from espnet.nets.beam_search import BeamSearch
     from espnet.nets.scorers.ctc import CTCPrefixScorer
@@ -278,7 +279,7 @@ def espnet_beam_search(model: Any, token_list: Sequence[str], options: DecodingO
         "length_bonus": LengthBonus(vocab),
     }
     weights = {"decoder": 1.0 - options.ctc_weight, "ctc": options.ctc_weight, "length_bonus": options.length_bonus}
-    if options.lm is not None:
+    if options.lm is not None or lm is not None:
         from pasu.models.lm import check_token_list
 
         lm = lm or _load_lm(options, token_list)

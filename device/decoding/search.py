@@ -412,18 +412,27 @@ def forced_att(search: BeamSearch, memory: torch.Tensor, seqs: torch.Tensor) -> 
     """Attention-decoder log-probability of each token of (k, L) sequences, then of <eos>: (k, L + 1), from one
     teacher-forced decoder pass over the (1, T, D) encoder output `memory` instead of L incremental steps."""
     k, length = seqs.shape
-    ys_in = torch.cat((torch.full((k, 1), search.sos), seqs), 1)
-    logits, _ = search.decoder(memory.expand(k, -1, -1), torch.full((k,), memory.size(1)), ys_in,
-                               torch.full((k,), length + 1))
-    return torch.log_softmax(logits, -1).gather(2, _with_eos(seqs, search.eos).unsqueeze(2)).squeeze(2)
+    logits, _ = search.decoder(memory.expand(k, -1, -1), torch.full((k,), memory.size(1)),
+                               _with_sos(seqs, search.sos), torch.full((k,), length + 1))
+    return _forced_logprobs(logits, seqs, search.eos)
 
 
 def forced_lm(search: BeamSearch, seqs: torch.Tensor) -> torch.Tensor:
     """The search's LM log-probability of each token of (k, L) sequences, then of <eos>: (k, L + 1), from one
     teacher-forced pass (the LM reads <sos> first, as in the search)."""
-    ys_in = torch.cat((torch.full((seqs.size(0), 1), search.sos), seqs), 1)
-    logits, _ = search.lm(ys_in, None)
-    return torch.log_softmax(logits, -1).gather(2, _with_eos(seqs, search.eos).unsqueeze(2)).squeeze(2)
+    logits, _ = search.lm(_with_sos(seqs, search.sos), None)
+    return _forced_logprobs(logits, seqs, search.eos)
+
+
+def _forced_logprobs(logits: torch.Tensor, seqs: torch.Tensor, eos: int) -> torch.Tensor:
+    """(k, L + 1, V) logits of a teacher-forced pass over <sos> + seqs -> the log-probability of each token of
+    seqs, then of <eos>: (k, L + 1)."""
+    return torch.log_softmax(logits, -1).gather(2, _with_eos(seqs, eos).unsqueeze(2)).squeeze(2)
+
+
+def _with_sos(seqs: torch.Tensor, sos: int) -> torch.Tensor:
+    """(k, L) token sequences -> (k, L + 1) with <sos> first: what a teacher-forced pass reads."""
+    return torch.cat((torch.full((seqs.size(0), 1), sos), seqs), 1)
 
 
 def _with_eos(seqs: torch.Tensor, eos: int) -> torch.Tensor:
