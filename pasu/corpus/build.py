@@ -17,7 +17,7 @@ import logging
 import multiprocessing as mp
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from pasu.corpus import augment, tts
 from pasu.corpus.plan import SPLITS, Job, Plan, Preset, engine_of, make_plan
-from pasu.corpus.text import Sentence, load_corpus_text
+from pasu.corpus.text import check_no_leakage, load_corpus_text, read_sentences, sentence_fields
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ class BuildOptions:
     # > 0: another rendering of the training split, same held-out voices and evaluation splits (plan.make_plan);
     # a training run reads it beside the first with `data.extra_corpora`
     train_variant: int = 0
+    # a `write_sentences` file whose sentences replace the training text (e.g. `pasu text-intent pseudo-label`'s
+    # unlabelled SLURP sentences); None: the labelled training text of `data_dir`
+    train_text: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ def build_corpus(opts: BuildOptions) -> dict:
     """Build (or resume) a corpus; returns the report."""
     started = time.perf_counter()
     text = load_corpus_text(opts.data_dir)
+    if opts.train_text is not None:
+        text = replace(text, train=read_sentences(opts.train_text))
+        check_no_leakage(text)
     voices = list(opts.voices) if opts.voices is not None else tts.usable_voice_ids()
     if not voices:
         raise RuntimeError("no usable TTS voice is installed: run scripts/install_tts.sh")
@@ -93,6 +99,7 @@ def _check_or_write_build_info(out: Path, opts: BuildOptions, plan: Plan, text_s
         "preset": asdict(opts.preset),
         "seed": opts.seed,
         "train_variant": opts.train_variant,
+        "train_text": None if opts.train_text is None else str(opts.train_text),
         "data_dir": str(opts.data_dir),
         "seen_voices": list(plan.seen_voices),
         "unseen_voices": list(plan.unseen_voices),
@@ -101,11 +108,12 @@ def _check_or_write_build_info(out: Path, opts: BuildOptions, plan: Plan, text_s
     path = out / "build.json"
     if path.exists():
         old = json.loads(path.read_text())
-        keys = ("preset", "seed", "train_variant", "seen_voices", "unseen_voices")
+        keys = ("preset", "seed", "train_variant", "train_text", "seen_voices", "unseen_voices")
         old.setdefault("train_variant", 0)  # builds from before variants existed
+        old.setdefault("train_text", None)
         if any(old.get(k) != json.loads(json.dumps(info[k])) for k in keys):
             raise RuntimeError(
-                f"{out} holds a build with another preset, seed, variant or voice set; choose another --out or delete it")
+                f"{out} holds a build with another preset, seed, variant, training text or voice set; choose another --out or delete it")
         return
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(path, json.dumps(info, indent=2))
@@ -220,19 +228,6 @@ def _write_utterance(out: Path, job: Job, audio: np.ndarray, banks: augment.Augm
         "pitch": job.pitch,
         "augmentation": asdict(spec),
         **sentence_fields(s),
-    }
-
-
-def sentence_fields(s: Sentence) -> dict:
-    """The manifest fields that come from the labelled sentence (every corpus writes them the same way)."""
-    return {
-        "text": s.text,
-        "scenario": s.scenario,
-        "action": s.action,
-        "intent": s.intent,
-        "slots": None if s.slots is None else [list(slot) for slot in s.slots],
-        "sentence_id": s.id,
-        "source": s.source,
     }
 
 

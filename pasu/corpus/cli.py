@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="N > 0: render the training split afresh (voices, prosody, augmentation) keeping the "
                             "held-out voices and evaluation splits of --seed; train on it beside the first with "
                             "--set 'data.extra_corpora=[FOLDER]' (default: 0)")
+    build.add_argument("--train-text", type=Path, default=None, metavar="JSONL",
+                       help="render these sentences as the training split instead of the labelled training text "
+                            "(e.g. `pasu text-intent pseudo-label`'s); use with --train-variant and --splits train")
+    build.add_argument("--train-utterances", type=int, default=None, metavar="N",
+                       help="training utterances to render (default: the preset's)")
     build.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
     build.add_argument("--voices", type=Path, default=None,
                        help="plan with the voices of this build.json (or a file with one voice id per line) "
@@ -85,11 +90,12 @@ def _preset_names() -> list[str]:
 
 
 def _build(args: argparse.Namespace) -> int:
+    import dataclasses
     import os
 
     from pasu.corpus.build import BuildOptions, build_corpus
     from pasu.corpus.plan import PRESETS
-    from pasu.corpus.text import CorpusDataError, samples_dir
+    from pasu.corpus.text import CorpusDataError, LeakageError, samples_dir
 
     data_dir = samples_dir() if args.samples else shared_data_dir(args.data_dir)
     splits = tuple(s for s in args.splits.split(",") if s)
@@ -97,8 +103,11 @@ def _build(args: argparse.Namespace) -> int:
         print(f"pasu corpus build: unknown split(s) {', '.join(unknown)}; choose from {', '.join(SPLITS)}",
               file=sys.stderr)
         return 2
-    opts = BuildOptions(preset=PRESETS[args.preset], data_dir=data_dir, out_dir=args.out, seed=args.seed,
-                        train_variant=args.train_variant,
+    preset = PRESETS[args.preset]
+    if args.train_utterances is not None:
+        preset = dataclasses.replace(preset, train_utterances=args.train_utterances)
+    opts = BuildOptions(preset=preset, data_dir=data_dir, out_dir=args.out, seed=args.seed,
+                        train_variant=args.train_variant, train_text=args.train_text,
                         workers=args.workers or max(1, os.cpu_count() or 1),
                         voices=_voice_list(args.voices) if args.voices else None, splits=splits)
     try:
@@ -106,6 +115,9 @@ def _build(args: argparse.Namespace) -> int:
     except CorpusDataError as e:
         print(f"pasu corpus build: {e}\n(use --samples to build from the sample text that ships with PASU)",
               file=sys.stderr)
+        return 2
+    except (LeakageError, OSError) as e:
+        print(f"pasu corpus build: {e}", file=sys.stderr)
         return 2
     from pasu.corpus.report import to_markdown
 

@@ -22,8 +22,8 @@ from typing import Iterator, Literal
 
 import soundfile as sf
 
-from pasu.corpus.build import SAMPLE_RATE, sentence_fields, write_manifest
-from pasu.corpus.text import CorpusDataError, Sentence, is_damaged, slurp_sentence
+from pasu.corpus.build import SAMPLE_RATE, write_manifest
+from pasu.corpus.text import CorpusDataError, Sentence, is_damaged, sentence_fields, slurp_sentence
 
 # our split -> the SLURP files it is made of
 SPLIT_FILES = {"train": ("train",), "dev": ("devel",), "test": ("test",)}

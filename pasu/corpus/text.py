@@ -42,7 +42,9 @@ from pasu.settings import SHARED_DATA_ENV, shared_data_dir
 from pasu.slu import Slot, parse_annotation
 
 HEARD_SOURCE = "heard"  # a recognizer's transcript of a training utterance, with its gold labels (models/heard.py)
-SOURCES = ("slurp_devel", "slurp_test", "slurp_train", "hwu64", HEARD_SOURCE)
+# an unlabelled SLURP training sentence with the intent a text classifier gave it (models/pseudo_label.py)
+PSEUDO_SOURCE = "slurp_train_pseudo"
+SOURCES = ("slurp_devel", "slurp_test", "slurp_train", "hwu64", HEARD_SOURCE, PSEUDO_SOURCE)
 
 # Each input file, relative to the data folder, and where its public original lives.
 DEVEL = "slurp/devel.jsonl"
@@ -431,6 +433,55 @@ def _join(text: str, slurpfood: dict[str, str], hwu: dict[str, _HwuRow], scenari
     # label space of the test set; HWU64's slots were marked for another intent, so they are not kept.
     stats["disagree"] += 1
     return f
+
+
+def unlabelled_training_text(data_dir: str | os.PathLike | None = None) -> list[str]:
+    """The lm.txt sentences that got no label from the join (about 5,300 of 11,500), devel/test ones removed."""
+    data_dir = shared_data_dir(data_dir)
+    text = load_corpus_text(data_dir)
+    taken = {s.text for s in text.all()}
+    return [t for t in _read_lm(data_dir) if t not in taken]
+
+
+def sentence_fields(s: Sentence) -> dict:
+    """The manifest fields that come from the labelled sentence (every corpus writes them the same way)."""
+    return {
+        "text": s.text,
+        "scenario": s.scenario,
+        "action": s.action,
+        "intent": s.intent,
+        "slots": None if s.slots is None else [list(slot) for slot in s.slots],
+        "sentence_id": s.id,
+        "source": s.source,
+    }
+
+
+def fields_sentence(row: dict) -> Sentence:
+    """The sentence of a manifest row or `write_sentences` row; KeyError or ValueError if it is not one."""
+    slots = row["slots"]
+    return Sentence(row["sentence_id"], row["text"], row["scenario"], row["action"], row["intent"],
+                    None if slots is None else tuple(Slot(t, v) for t, v in slots), row["source"])
+
+
+def write_sentences(path: str | os.PathLike, sentences: Iterable[Sentence]) -> None:
+    """One JSON row per sentence (`sentence_fields`), written whole then renamed."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(sentence_fields(s)) + "\n" for s in sentences), encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_sentences(path: str | os.PathLike) -> tuple[Sentence, ...]:
+    """The sentences of a `write_sentences` file; CorpusDataError names the first bad line."""
+    out = []
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    out.append(fields_sentence(json.loads(line)))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                    raise CorpusDataError(f"{path}:{lineno}: not a sentence row ({e})") from e
+    return tuple(out)
 
 
 def check_no_leakage(text: CorpusText) -> None:

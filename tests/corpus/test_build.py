@@ -12,7 +12,7 @@ import soundfile as sf
 
 from pasu.corpus.build import BuildOptions, build_corpus, read_manifest
 from pasu.corpus.plan import PRESETS, SPLITS
-from pasu.corpus.text import samples_dir
+from pasu.corpus.text import PSEUDO_SOURCE, Sentence, load_corpus_text, samples_dir, write_sentences
 from pasu.settings import shipped_model
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
@@ -144,3 +144,33 @@ def test_a_training_variant_builds_beside_the_corpus_not_into_it(tiny, tmp_path)
     proc = _pasu("train", "--config", str(CONFIGS / "device_late_context.yaml"), "--corpus", str(out),
                  "--out", str(tmp_path / "exp"), "--max-steps", "1")
     assert proc.returncode == 1 and "no 'dev' split" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_training_text_file_is_rendered_as_the_training_split(tiny, tmp_path):
+    dev = load_corpus_text(samples_dir()).dev
+    pseudo = [Sentence("pseudo-1", "tell me a joke about penguins", "general", "joke", "general_joke", None,
+                       PSEUDO_SOURCE),
+              Sentence("pseudo-2", "good morning pasu", "general", "greet", "general_greet", None, PSEUDO_SOURCE)]
+    text_file = tmp_path / "pseudo.jsonl"
+    write_sentences(text_file, pseudo)
+    out = tmp_path / "p4"
+    build = ("corpus", "build", "--preset", "tiny", "--samples", "--train-variant", "4", "--splits", "train",
+             "--voices", str(tiny / "build.json"), "--train-utterances", "6", "--workers", "2")
+    proc = _pasu(*build, "--out", str(out), "--train-text", str(text_file))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_manifest(out / "train.jsonl")
+    assert len(rows) == 6 and sorted({r["sentence_id"] for r in rows}) == ["pseudo-1", "pseudo-2"]
+    assert {(r["source"], r["slots"]) for r in rows} == {(PSEUDO_SOURCE, None)}
+    info, first = (json.loads((folder / "build.json").read_text()) for folder in (out, tiny))
+    assert info["train_text"] == str(text_file) and info["unseen_voices"] == first["unseen_voices"]
+
+    other = tmp_path / "other.jsonl"
+    write_sentences(other, pseudo[:1])
+    proc = _pasu(*build, "--out", str(out), "--train-text", str(other))
+    assert proc.returncode != 0 and "training text" in proc.stderr
+
+    # an evaluation sentence in the training text would void dev/test: refused before anything is rendered
+    write_sentences(other, [replace(dev[0], id="leak", source=PSEUDO_SOURCE)])
+    proc = _pasu(*build, "--out", str(tmp_path / "leak"), "--train-text", str(other))
+    assert proc.returncode == 2 and "also in train" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "leak" / "train.jsonl").exists()

@@ -288,3 +288,31 @@ def test_samples_copy_nothing_from_shared(shared: CorpusText, samples: CorpusTex
     ours = {s.text for s in samples.all()} | set(corpus_text._read_lm(samples_dir())) \
         | set(corpus_text._read_slurpfood(samples_dir())) | {r.text for r in corpus_text._read_hwu(samples_dir())}
     assert not ours & theirs
+
+
+def test_unlabelled_training_text_is_what_no_source_labels(samples: CorpusText) -> None:
+    unlabelled = corpus_text.unlabelled_training_text(samples_dir())
+    lm = corpus_text._read_lm(samples_dir())
+    labelled = {s.text for s in samples.all()}
+    assert unlabelled and set(unlabelled) == set(lm) - labelled
+    assert "tell me a joke about penguins" in unlabelled and len(set(unlabelled)) == len(unlabelled)
+
+
+def test_sentence_files_round_trip_slots_known_and_unknown(tmp_path: Path) -> None:
+    sentences = (
+        Sentence("a", "wake me at six am", "alarm", "set", "alarm_set", (Slot("time", "six am"),), "slurp_train"),
+        Sentence("b", "tell me a joke", "general", "joke", "general_joke", None, corpus_text.PSEUDO_SOURCE),
+        Sentence("c", "lights off", "iot", "hue_lightoff", "iot_hue_lightoff", (), "hwu64"),
+    )
+    path = tmp_path / "sentences.jsonl"
+    corpus_text.write_sentences(path, sentences)
+    assert corpus_text.read_sentences(path) == sentences
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_bad_sentence_row_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "sentences.jsonl"
+    corpus_text.write_sentences(path, [Sentence("a", "hi", "general", "greet", "general_greet", None, "hwu64")])
+    path.write_text(path.read_text() + '{"text": "no labels"}\n')
+    with pytest.raises(CorpusDataError, match=r"sentences.jsonl:2: not a sentence row"):
+        corpus_text.read_sentences(path)
