@@ -179,19 +179,21 @@ def _register_text_intent(sub: argparse._SubParsersAction) -> None:
     pseudo = commands.add_parser(
         "pseudo-label", help="label SLURP's unlabelled training sentences with the classifier's confident intents",
         description="Write the lm.txt training sentences that no public source labels (about 5,300), each with the\n"
-                    "classifier's intent where its probability reaches --min-probability and unknown slots, as a\n"
+                    "classifier's intent where its probability reaches --min-probability and its slot tagger's slots, as a\n"
                     "sentence file for `pasu corpus build --train-text` (models/pseudo_label.py). Prints how many\n"
                     "are kept, and what the same threshold keeps of SLURP devel's gold transcripts and how accurately.",
         epilog="Example (the device model's fifth rendering):\n"
-               "  pasu text-intent pseudo-label --out data/pseudo-train.jsonl\n"
+               "  pasu text-intent pseudo-label --out data/pseudo-train-slots.jsonl\n"
                "  pasu corpus build --preset full --out data/corpus-full-p4 --train-variant 4 --train-text "
-               "data/pseudo-train.jsonl \\\n      --train-utterances 20000 --voices data/corpus-full/build.json --splits train",
+               "data/pseudo-train-slots.jsonl \\\n      --train-utterances 19200 --voices data/corpus-full/build.json --splits train",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     pseudo.add_argument("--out", type=Path, required=True, help="sentence file (JSONL) to write")
     pseudo.add_argument("--model", type=Path, default=None,
                         help="classifier folder (default: models/shipped/text_intent)")
     pseudo.add_argument("--min-probability", type=float, default=None,
                         help="keep a sentence whose intent has at least this probability (default: PseudoLabelOptions)")
+    pseudo.add_argument("--no-slots", action="store_true",
+                        help="leave the slots unknown instead of taking the classifier's slot tagger's")
     pseudo.add_argument("--data-dir", type=Path, default=None,
                         help="shared data folder with SLURP/HWU64 text (default: $PASU_SHARED_DATA or ../shared/data)")
     pseudo.set_defaults(run=_text_intent_pseudo_label)
@@ -350,7 +352,8 @@ def _text_intent_pseudo_label(args: argparse.Namespace) -> int:
     from pasu.models.text_intent import TextIntentClassifier
     from pasu.settings import shipped_model
 
-    opts = PseudoLabelOptions(**({} if args.min_probability is None else {"min_probability": args.min_probability}))
+    opts = PseudoLabelOptions(tag_slots=not args.no_slots,
+                              **({} if args.min_probability is None else {"min_probability": args.min_probability}))
     try:
         texts = unlabelled_training_text(args.data_dir)
         dev = load_corpus_text(args.data_dir).dev
@@ -365,6 +368,8 @@ def _text_intent_pseudo_label(args: argparse.Namespace) -> int:
           f"{opts.min_probability}), {len({s.intent for s in sentences})} intents; wrote {args.out}")
     print(f"the same threshold on SLURP devel gold transcripts keeps {check.kept} of {check.total} "
           f"({check.kept / max(check.total, 1):.1%}) at {check.accuracy or 0:.1%} intent accuracy")
+    print(f"{sum(bool(s.slots) for s in sentences)} with slots" + ("" if opts.tag_slots and classifier.slots else
+                                                                      " (slots unknown)"))
     print("most frequent: " + ", ".join(f"{k} {n}" for k, n in Counter(s.intent for s in sentences).most_common(5)))
     return 0
 

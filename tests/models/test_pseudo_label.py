@@ -15,6 +15,8 @@ from pasu.corpus.text import (
     PSEUDO_SOURCE, load_corpus_text, read_sentences, samples_dir, unlabelled_training_text)
 from pasu.models.pseudo_label import PseudoLabelOptions, coverage, pseudo_label
 from pasu.models.text_intent import TextIntentClassifier, shared_encoder
+from pasu.models.text_slots import SlotTagger
+from pasu.slu import Slot
 
 TRAIN = {
     "general_joke": ["tell me a joke", "say something funny", "make me laugh with a joke", "do you know any jokes"],
@@ -29,6 +31,29 @@ def classifier() -> TextIntentClassifier:
     texts = [t for ts in TRAIN.values() for t in ts]
     intents = [i for i, ts in TRAIN.items() for _ in ts]
     return TextIntentClassifier.train(texts, intents, shared_encoder())
+
+
+SLOTTED = [("wake me up at seven am", [Slot("time", "seven am")]), ("set an alarm for six", [Slot("time", "six")]),
+           ("will it rain tomorrow", [Slot("date", "tomorrow")]), ("tell me a joke", []),
+           ("alarm at five tomorrow", [Slot("time", "five"), Slot("date", "tomorrow")]), ("is it sunny outside", [])]
+
+
+@pytest.fixture(scope="module")
+def with_tagger(classifier) -> TextIntentClassifier:
+    tagger = SlotTagger.train(SLOTTED, classifier.encoder)
+    return TextIntentClassifier(classifier.classes, classifier.weights, classifier.bias, classifier.encoder,
+                                slots=tagger)
+
+
+def test_slots_are_the_taggers_or_unknown_when_asked_or_when_there_is_no_tagger(classifier, with_tagger):
+    texts = ["wake me up at nine am", "tell me a joke about penguins"]
+    tagged = pseudo_label(texts, with_tagger, PseudoLabelOptions(min_probability=0.0))
+    assert [s.slots for s in tagged] == with_tagger.slots.tag(texts)
+    assert all(isinstance(s.slots, tuple) for s in tagged) and any(s.slots for s in tagged)
+    untagged = pseudo_label(texts, with_tagger, PseudoLabelOptions(min_probability=0.0, tag_slots=False))
+    assert [s.slots for s in untagged] == [None, None]
+    assert [s.intent for s in untagged] == [s.intent for s in tagged]
+    assert [s.slots for s in pseudo_label(texts, classifier, PseudoLabelOptions(min_probability=0.0))] == [None, None]
 
 
 def test_confident_texts_get_the_classifiers_intent_and_unknown_slots(classifier):
@@ -75,3 +100,17 @@ def test_cli_writes_a_sentence_file_of_the_unlabelled_text(classifier, tmp_path,
     dev = load_corpus_text(samples_dir()).dev
     assert f"{len(unlabelled)} of {len(unlabelled)} unlabelled training sentences kept" in printed
     assert f"keeps {len(dev)} of {len(dev)} (100.0%)" in printed
+    assert "0 with slots (slots unknown)" in printed and all(s.slots is None for s in sentences)
+
+
+def test_cli_takes_the_taggers_slots_unless_told_not_to(with_tagger, tmp_path, capsys):
+    model = tmp_path / "text_intent"
+    with_tagger.save(model)
+    for flags, expect_slots in (([], True), (["--no-slots"], False)):
+        out = tmp_path / "pseudo.jsonl"
+        assert main(["text-intent", "pseudo-label", "--data-dir", str(samples_dir()), "--model", str(model),
+                     "--min-probability", "0", "--out", str(out), *flags]) == 0
+        printed = capsys.readouterr().out
+        sentences = read_sentences(out)
+        assert all((s.slots is not None) == expect_slots for s in sentences)
+        assert ("slots unknown" in printed) != expect_slots
