@@ -357,10 +357,10 @@ def _text_intent_pseudo_label(args: argparse.Namespace) -> int:
     try:
         texts = unlabelled_training_text(args.data_dir)
         dev = load_corpus_text(args.data_dir).dev
-    except CorpusDataError as e:
+        classifier = TextIntentClassifier.load(args.model or shipped_model("text_intent"))
+    except (CorpusDataError, OSError) as e:
         print(f"pasu text-intent pseudo-label: {e}", file=sys.stderr)
         return 2
-    classifier = TextIntentClassifier.load(args.model or shipped_model("text_intent"))
     sentences = pseudo_label(texts, classifier, opts)
     write_sentences(args.out, sentences)
     check = coverage(dev, classifier, opts)

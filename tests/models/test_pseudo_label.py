@@ -114,3 +114,9 @@ def test_cli_takes_the_taggers_slots_unless_told_not_to(with_tagger, tmp_path, c
         sentences = read_sentences(out)
         assert all((s.slots is not None) == expect_slots for s in sentences)
         assert ("slots unknown" in printed) != expect_slots
+
+
+def test_cli_names_a_missing_classifier_folder(tmp_path, capsys):
+    assert main(["text-intent", "pseudo-label", "--data-dir", str(samples_dir()), "--model", str(tmp_path / "nowhere"),
+                 "--out", str(tmp_path / "pseudo.jsonl")]) == 2
+    assert "nowhere" in capsys.readouterr().err and not (tmp_path / "pseudo.jsonl").exists()
