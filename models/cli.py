@@ -355,15 +355,15 @@ def _text_intent_pseudo_label(args: argparse.Namespace) -> int:
     opts = PseudoLabelOptions(tag_slots=not args.no_slots,
                               **({} if args.min_probability is None else {"min_probability": args.min_probability}))
     try:
-        texts = unlabelled_training_text(args.data_dir)
-        dev = load_corpus_text(args.data_dir).dev
+        corpus = load_corpus_text(args.data_dir)
+        texts = unlabelled_training_text(args.data_dir, corpus)
         classifier = TextIntentClassifier.load(args.model or shipped_model("text_intent"))
     except (CorpusDataError, OSError) as e:
         print(f"pasu text-intent pseudo-label: {e}", file=sys.stderr)
         return 2
     sentences = pseudo_label(texts, classifier, opts)
     write_sentences(args.out, sentences)
-    check = coverage(dev, classifier, opts)
+    check = coverage(corpus.dev, classifier, opts)
     print(f"{len(sentences)} of {len(texts)} unlabelled training sentences kept (probability >= "
           f"{opts.min_probability}), {len({s.intent for s in sentences})} intents; wrote {args.out}")
     print(f"the same threshold on SLURP devel gold transcripts keeps {check.kept} of {check.total} "

@@ -435,10 +435,11 @@ def _join(text: str, slurpfood: dict[str, str], hwu: dict[str, _HwuRow], scenari
     return f
 
 
-def unlabelled_training_text(data_dir: str | os.PathLike | None = None) -> list[str]:
-    """The lm.txt sentences that got no label from the join (about 5,300 of 11,500), devel/test ones removed."""
+def unlabelled_training_text(data_dir: str | os.PathLike | None = None, text: CorpusText | None = None) -> list[str]:
+    """The lm.txt sentences that got no label from the join (about 5,300 of 11,500), devel/test ones removed;
+    `text`: `load_corpus_text(data_dir)` when the caller has it already."""
     data_dir = shared_data_dir(data_dir)
-    text = load_corpus_text(data_dir)
+    text = text if text is not None else load_corpus_text(data_dir)
     taken = {s.text for s in text.all()}
     return [t for t in _read_lm(data_dir) if t not in taken]
 
