@@ -70,7 +70,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                           "(routing.threshold; default 3.0)")
     run.add_argument("--intent-threshold", type=float, default=None,
                      help="last pilot intent doubt x speech seconds above which intent and ppl+intent offload "
-                          "(routing.intent_threshold; default 0.22)")
+                          "(routing.intent_threshold; default 0.20)")
     run.add_argument("--lm", default=None,
                      help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
     run.add_argument("--lm-weight", type=float, default=None,

@@ -158,7 +158,7 @@ class RoutingOptions:
     # intent and ppl+intent: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp) times the
     # speech's seconds above which the utterance is offloaded (the model's intent reader, MODEL/offramp; about the
     # shipped device model's calibrated Offload-M)
-    intent_threshold: float = 0.22
+    intent_threshold: float = 0.20
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
     # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/4: for slow
     # uplinks; costs a little accuracy and tens of ms of encoding)

@@ -215,6 +215,10 @@ class NetworkProxy:
         self._handlers.add(handler)
         try:
             await self._forward(client_reader, client_writer)
+        except asyncio.CancelledError:
+            # only stop() cancels a handler, and the task ends here: Python 3.11's stream callback would otherwise
+            # log each cancelled connection as "Exception in callback" with a traceback
+            pass
         finally:
             self._handlers.discard(handler)
             _close(client_writer)
