@@ -40,6 +40,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
+               "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
                "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
                "  pasu device run --audio sample.wav --lm models/shipped/lm --lm-weight 0.2\n"
@@ -63,14 +64,14 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                      help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
     run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
     run.add_argument("--policy", choices=("on-device", "all", "ppl", "intent", "ppl+intent"), default=None,
-                     help="offloading policy when there is a cloud (routing.policy; default ppl; intent and ppl+intent "
-                          "read routing.intent_threshold)")
+                     help="offloading policy when there is a cloud (routing.policy; default ppl+intent; intent and "
+                          "ppl+intent read routing.intent_threshold)")
     run.add_argument("--threshold", type=float, default=None,
                      help="last pilot perplexity x speech seconds above which ppl and ppl+intent offload "
-                          "(routing.threshold; default 3.0)")
+                          "(routing.threshold; default: the model's calibrated Offload-M, MODEL/offramp)")
     run.add_argument("--intent-threshold", type=float, default=None,
                      help="last pilot intent doubt x speech seconds above which intent and ppl+intent offload "
-                          "(routing.intent_threshold; default 0.20)")
+                          "(routing.intent_threshold; default: the model's calibrated Offload-M)")
     run.add_argument("--lm", default=None,
                      help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
     run.add_argument("--lm-weight", type=float, default=None,
@@ -135,10 +136,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: agent.lm {options.lm!r}: {error}", file=sys.stderr)
         return 2
     try:
-        policy, cloud = _routing(config.routing, args.token, model)
+        policy, cloud = _routing(config.routing, args.token, model, args.model)
     except FileNotFoundError as error:  # a policy with the intent check, and the model has no intent reader
         print(f"error: {error}: the {config.routing.policy} policy needs `pasu offramp train {args.model}` first",
               file=sys.stderr)
+        return 2
+    except ValueError as error:  # a threshold neither set nor calibrated, or a calibration of an older PASU
+        print(f"error: {error}", file=sys.stderr)
         return 2
     try:
         if args.mic:
@@ -161,15 +165,15 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _routing(routing: RoutingOptions, token: str | None,
-             model: DeviceModel) -> tuple[Policy | None, CloudClient | None]:
+def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
+             model_dir: Path) -> tuple[Policy | None, CloudClient | None]:
     """The offloading policy and cloud client (None, None without a cloud); `token` overrides the token file."""
     from pasu.device.cloud_client import CloudClient
-    from pasu.device.offramp_train import model_policy
+    from pasu.device.offramp_train import OFFRAMP_DIR, model_policy
 
     if not routing.cloud:
         return None, None
-    return model_policy(routing, model), CloudClient(routing.cloud, token=token or routing.token(),
+    return model_policy(routing, model, model_dir / OFFRAMP_DIR), CloudClient(routing.cloud, token=token or routing.token(),
                                                      encoding=routing.encoding)
 
 

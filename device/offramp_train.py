@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,10 +228,34 @@ def intent_offramp(model: DeviceModel) -> IntentAgreementOfframp:
     return IntentAgreementOfframp(model.intent_mixture, model.read)
 
 
-def model_policy(routing: RoutingOptions, model: DeviceModel) -> Policy:
-    """`routing`'s policy for a model from `load_device_model`: the policies with the intent check read its
-    intent reader (FileNotFoundError without one)."""
+def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path) -> Policy:
+    """`routing`'s policy for a model from `load_device_model` whose offramps are in `folder` (MODEL/offramp):
+    thresholds left unset at the calibrated Offload-M (`calibrated_routing`); the policies with the intent check
+    read the model's intent reader (FileNotFoundError without one)."""
+    routing = calibrated_routing(routing, folder)
     return routing.make_policy(intent_offramp(model) if routing.reads_intent else None)
+
+
+def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOptions:
+    """`routing` with each threshold it leaves unset (None) at the Offload-M that `pasu offramp train` calibrated
+    for its policy in `folder`; as it is where nothing was calibrated (the policy then names what is missing).
+
+    Thresholds belong to the model: each retrained model moves them, so the agent reads them from its model
+    rather than from a number in its config that the next training run would make stale."""
+    if routing.policy not in ("ppl", "intent", "ppl+intent") or None not in (routing.threshold,
+                                                                           routing.intent_threshold):
+        return routing
+    try:
+        report = load_thresholds(folder)
+    except FileNotFoundError:
+        return routing
+    if routing.policy == "ppl+intent" and "ppl_intent" in report:
+        parts = either_thresholds(report, "ppl_intent", "M")  # the pair that offloads Offload-M's share together
+    else:  # one check, or a report without the combined one: each part at its own Offload-M
+        parts = {name: threshold(report, name, "M") for name in routing.policy.split("+") if name in report}
+    calibrated = {"threshold": parts.get("ppl"), "intent_threshold": parts.get("intent")}
+    return replace(routing, **{name: value for name, value in calibrated.items()
+                               if value is not None and getattr(routing, name) is None})
 
 
 def load_thresholds(folder: str | Path) -> dict[str, Any]:

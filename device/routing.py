@@ -150,15 +150,15 @@ class RoutingOptions:
 
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
     # with a cloud: on-device (never offload), all (always), ppl (above threshold), intent (above intent_threshold),
-    # ppl+intent (above either)
-    policy: PolicyName = "ppl"
+    # ppl+intent (above either: at Offload-M it offloads less than ppl alone for better WER and intent accuracy,
+    # `pasu bench hybrid`)
+    policy: PolicyName = "ppl+intent"
     # ppl and ppl+intent: the last pilot's perplexity times the speech's seconds above which the utterance is
-    # offloaded (about the shipped device model's calibrated Offload-M threshold)
-    threshold: float = 3.0
+    # offloaded; None: the model's calibrated Offload-M for the policy (`calibrated_routing`, MODEL/offramp)
+    threshold: float | None = None
     # intent and ppl+intent: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp) times the
-    # speech's seconds above which the utterance is offloaded (the model's intent reader, MODEL/offramp; about the
-    # shipped device model's calibrated Offload-M)
-    intent_threshold: float = 0.20
+    # speech's seconds above which the utterance is offloaded; None: the model's calibrated Offload-M, as above
+    intent_threshold: float | None = None
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
     # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/4: for slow
     # uplinks; costs a little accuracy and tens of ms of encoding)
@@ -167,27 +167,31 @@ class RoutingOptions:
     def make_policy(self, intent: Offramp | None = None) -> Policy:
         """The policy object `policy` names; `intent`: the model's intent-agreement offramp, for the
         policies that read it."""
+        if self.policy in ("on-device", "all"):
+            return AllOffload() if self.policy == "all" else OnDevice()
+        self._check_thresholds()
         if self.policy == "ppl":
             return OfframpPolicy(PerplexityOfframp(), self.threshold)
-        if self.reads_intent:
-            if intent is None:
-                raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
-                                 "`pasu offramp train`)")
-            if self.policy == "intent":
-                return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
-            both = EitherOfframp(((PerplexityOfframp(), self.threshold), (intent, self.intent_threshold)))
-            return OfframpPolicy(both, 1.0, "Ours-PPL+Intent")
-        return AllOffload() if self.policy == "all" else OnDevice()
+        if intent is None:
+            raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
+                             "`pasu offramp train`)")
+        if self.policy == "intent":
+            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
+        both = EitherOfframp(((PerplexityOfframp(), self.threshold), (intent, self.intent_threshold)))
+        return OfframpPolicy(both, 1.0, "Ours-PPL+Intent")
+
+    def _check_thresholds(self) -> None:
+        """ValueError naming each threshold the policy reads that is still unset."""
+        needed = {"threshold": self.policy in ("ppl", "ppl+intent"), "intent_threshold": self.reads_intent}
+        unset = [name for name, used in needed.items() if used and getattr(self, name) is None]
+        if unset:
+            raise ValueError(f"the {self.policy} policy needs routing.{' and routing.'.join(unset)}: calibrate the "
+                             "model (`pasu offramp train`) or set them (--threshold, --intent-threshold)")
 
     @property
     def reads_intent(self) -> bool:
         """Whether the named policy needs the model's intent reader."""
         return self.policy in ("intent", "ppl+intent")
-
-    @property
-    def policy_threshold(self) -> float:
-        """The threshold the named policy compares with: intent_threshold for intent, threshold otherwise."""
-        return self.intent_threshold if self.policy == "intent" else self.threshold
 
     def with_policy_threshold(self, value: float) -> RoutingOptions:
         """These options with the named policy's threshold set to `value`."""

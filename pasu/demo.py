@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ import numpy as np
 from pasu.settings import REPO_ROOT, shipped_model
 
 if TYPE_CHECKING:
-    from pasu.device.routing import Policy, RoutingOptions
+    from pasu.device.routing import Policy
     from pasu.device.runtime import DeviceModel
 
 SAMPLES = REPO_ROOT / "pasu" / "corpus" / "samples" / "slurp" / "test.jsonl"
@@ -41,7 +41,7 @@ class DemoOptions:
     policy: str = "ppl+intent"
     # the perplexity's score times the speech's seconds above which the device offloads (routing.threshold; for
     # "intent", routing.intent_threshold); None: the model's calibrated Offload-M (MODEL/offramp/offramp.json,
-    # `pasu offramp train`), the agent's defaults for a model without one
+    # `pasu offramp train`); a model without one needs it
     threshold: float | None = None
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     seed: int = 0  # noise
@@ -78,10 +78,18 @@ def _run(args: argparse.Namespace) -> int:
     cloud_model = args.cloud_model if is_model_folder(args.cloud_model) else args.model
     if cloud_model != args.cloud_model:
         print(f"note: no cloud model at {args.cloud_model}; the cloud serves the device model", file=sys.stderr)
+    from pasu.device.offramp_train import load_device_model
+
+    model = load_device_model(args.model)
+    try:
+        policy = demo_policy(model, args.model, options)
+    except ValueError as error:  # no threshold: the model is not calibrated and --threshold was not given
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     samples = make_samples(args.out / "samples", options)
     with CloudProcess(cloud_model, args.out / "cloud.log") as server:
-        rows = run_agent(args.model, server.address, samples, options)
+        rows = run_agent(model, policy, server.address, samples, options)
     print_table(rows)
     print_summary(rows)
     picture = draw_timeline(rows, args.out / "timeline.png")
@@ -169,35 +177,17 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 
 
 # ---- the device ------------------------------------------------------------------------------------------
-def offload_routing(model_dir: Path, policy: str = "ppl") -> RoutingOptions:
-    """Routing by `policy` ("ppl", "intent" or "ppl+intent") at the model's calibrated Offload-M thresholds
-    (score x seconds), or at the agent's defaults when it has none."""
-    from pasu.device.offramp_train import OFFRAMP_DIR, either_thresholds, load_thresholds, threshold
+def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Policy:
+    """The policy the demo plays: `options.policy` at its threshold (default: the model's calibrated Offload-M);
+    perplexity when the model has no intent reader."""
+    from pasu.device.offramp_train import OFFRAMP_DIR, model_policy
     from pasu.device.routing import RoutingOptions
 
-    routing = RoutingOptions(policy=policy)
-    try:
-        report = load_thresholds(Path(model_dir) / OFFRAMP_DIR)
-    except FileNotFoundError:
-        return routing
-    if policy != "ppl+intent":
-        return routing.with_policy_threshold(threshold(report, policy, "M"))
-    if "ppl_intent" in report:
-        parts = either_thresholds(report, "ppl_intent", "M")
-    else:  # calibrated before the combined check: each part at its own Offload-M (together they offload more)
-        parts = {"ppl": threshold(report, "ppl", "M"), "intent": threshold(report, "intent", "M")}
-    return replace(routing, threshold=parts["ppl"], intent_threshold=parts["intent"])
-
-
-def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Policy:
-    """The policy the demo plays: `options.policy` at its threshold; perplexity when the model has no intent reader."""
-    from pasu.device.offramp_train import model_policy
-
     def policy(offramp: str) -> Policy:
-        routing = offload_routing(model_dir, offramp)
+        routing = RoutingOptions(policy=offramp)
         if options.threshold is not None:
             routing = routing.with_policy_threshold(options.threshold)
-        return model_policy(routing, model)
+        return model_policy(routing, model, model_dir / OFFRAMP_DIR)
 
     try:
         return policy(options.policy)
@@ -207,16 +197,15 @@ def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Po
         return policy("ppl")
 
 
-def run_agent(model_dir: Path, address: str, samples: list[dict], options: DemoOptions) -> list[dict]:
+def run_agent(model: DeviceModel, policy: Policy, address: str, samples: list[dict],
+              options: DemoOptions) -> list[dict]:
+    """Each sample through the device agent with the cloud at `address`: the samples with their results."""
     from tqdm import tqdm
 
     from pasu.device.agent import AgentOptions, DeviceAgent, play_realtime, replay
     from pasu.device.audio import load_audio
     from pasu.device.cloud_client import CloudClient
-    from pasu.device.offramp_train import load_device_model
 
-    model = load_device_model(model_dir)
-    policy = demo_policy(model, model_dir, options)
     rows = []
     with CloudClient(address, deadline_s=5.0) as cloud:
         agent = DeviceAgent(model, AgentOptions(), policy, cloud)

@@ -75,6 +75,11 @@ def write_model_folder(folder: Path) -> Path:
     return folder
 
 
+def offramp_levels(l: float, m: float, h: float) -> dict:
+    """An offramp's calibrated Offload-L/M/H thresholds as offramp.json (`pasu offramp train`) holds them."""
+    return {"levels": {level: {"threshold": value} for level, value in (("L", l), ("M", m), ("H", h))}}
+
+
 class SlowRecognizer:
     """Fault injection: a real recognizer that first sleeps, to play a slow or overloaded server.
 

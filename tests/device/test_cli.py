@@ -111,6 +111,29 @@ def test_the_intent_policy_reads_the_models_intent_reader(parser, tmp_path, caps
     assert (route(-1.0), route(3.0)) == ("fallback", "local")
 
 
+def test_thresholds_default_to_the_models_calibration(parser, tmp_path, capsys, cloud_support, speech_like):
+    import json
+
+    import soundfile
+    from pasu.device.offramp_train import CALIBRATION_VERSION
+
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
+    args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
+                              "--cloud", "127.0.0.1:9", "--policy", "ppl", "--no-pilots", "--json"])
+    assert args.run(args) == 2  # not calibrated, no --threshold: nothing to compare the perplexity with
+    assert "routing.threshold" in capsys.readouterr().err
+
+    def route(offload_m: float) -> str:
+        (model / "offramp").mkdir(exist_ok=True)
+        report = {"calibration_version": CALIBRATION_VERSION, "ppl": cloud_support.offramp_levels(9e9, offload_m, 0)}
+        (model / "offramp" / "offramp.json").write_text(json.dumps(report))
+        assert args.run(args) == 0  # nothing listens on port 9: an offload falls back
+        return json.loads(capsys.readouterr().out)["route"]
+
+    assert (route(-1.0), route(9e9)) == ("fallback", "local")
+
+
 def test_lm_flags(parser):
     config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--lm", "some/lm",
                                                  "--lm-weight", "0.2"]))

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 from pasu.device.bilstm_offramp import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
+    CALIBRATION_VERSION,
     OfframpTrainOptions,
     answer_intent_accuracy,
+    calibrated_routing,
     either_thresholds,
     fit_offramps,
     load_offramps,
@@ -21,6 +24,8 @@ from pasu.device.offramp_train import (
 from pasu.device.routing import OfframpPolicy, PerplexityOfframp, RoutingOptions
 
 from pasu.metrics import SluResult
+
+import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 
 
 def split(n: int = 60, seed: int = 0) -> list[OfframpSample]:
@@ -170,3 +175,28 @@ def test_words_or_intent_is_calibrated_as_the_union_of_both_checks():
     intent_m = offloaded(OfframpPolicy(DoubtByLength(), scales["intent"]))
     assert (union == (ppl_m | intent_m)).all() and union.sum() > max(ppl_m.sum(), intent_m.sum())
     assert set(both["wer_targets"]) == set(report["ppl"]["wer_targets"])
+
+
+def test_unset_thresholds_are_the_models_calibrated_offload_m(tmp_path):
+    """The agent's default thresholds come from the model's own calibration; numbers the user set stay."""
+    report = {"calibration_version": CALIBRATION_VERSION, "ppl": support.offramp_levels(2.5, 1.9, 1.6),
+              "intent": support.offramp_levels(0.7, 0.3, 0.1)}
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    assert calibrated_routing(RoutingOptions(policy="ppl"), tmp_path).threshold == 1.9
+    assert calibrated_routing(RoutingOptions(policy="intent"), tmp_path).intent_threshold == 0.3
+    assert calibrated_routing(RoutingOptions(policy="ppl", threshold=4.0), tmp_path).threshold == 4.0
+    both = calibrated_routing(RoutingOptions(), tmp_path)  # no combined check in the report: each part at its M
+    assert (both.policy, both.threshold, both.intent_threshold) == ("ppl+intent", 1.9, 0.3)
+    report["ppl_intent"] = {"scales": {"ppl": 1.9, "intent": 0.3}, **support.offramp_levels(3.0, 1.5, 1.1)}
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    both = calibrated_routing(RoutingOptions(), tmp_path)  # the pair that offloads Offload-M's share together
+    assert (both.threshold, both.intent_threshold) == (1.5 * 1.9, 1.5 * 0.3)
+    mixed = calibrated_routing(RoutingOptions(threshold=5.0), tmp_path)
+    assert (mixed.threshold, mixed.intent_threshold) == (5.0, 1.5 * 0.3)
+
+
+def test_an_uncalibrated_model_needs_its_thresholds_set(tmp_path):
+    routing = calibrated_routing(RoutingOptions(policy="ppl"), tmp_path)  # no offramp.json
+    with pytest.raises(ValueError, match="routing.threshold"):
+        routing.make_policy()
+    assert calibrated_routing(RoutingOptions(policy="ppl", threshold=2.0), tmp_path).make_policy().threshold == 2.0

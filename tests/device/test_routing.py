@@ -25,6 +25,14 @@ def test_policy_names():
     assert isinstance(ppl, OfframpPolicy) and ppl.threshold == 2.5
 
 
+def test_an_offramp_policy_without_its_threshold_says_which_is_missing():
+    """Thresholds are the model's (`offramp_train.calibrated_routing`): unset ones are an error, not a guess."""
+    with pytest.raises(ValueError, match=r"routing\.threshold: calibrate"):
+        RoutingOptions(policy="ppl").make_policy()
+    with pytest.raises(ValueError, match=r"routing\.threshold and routing\.intent_threshold"):
+        RoutingOptions(policy="ppl+intent").make_policy(object())
+
+
 def test_token_comes_from_the_token_file(tmp_path):
     assert RoutingOptions().token() is None
     (tmp_path / "token").write_text("# this device's token\n\n  s3cret  \nignored\n")
@@ -52,8 +60,8 @@ def test_the_intent_policy_needs_the_models_intent_reader():
         def score(self, hypothesis):
             return 0.9
 
-    with pytest.raises(ValueError, match="pasu offramp train"):
-        RoutingOptions(policy="intent").make_policy()
+    with pytest.raises(ValueError, match="intent reader"):
+        RoutingOptions(policy="intent", intent_threshold=1.5).make_policy()
     policy = RoutingOptions(policy="intent", intent_threshold=1.5).make_policy(Disagreeing())
     pilot = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
     # weighed by length like the other offramps: 0.9 x 2 s goes, 0.9 x 1 s stays
