@@ -173,8 +173,8 @@ def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
 
     if not routing.cloud:
         return None, None
-    return model_policy(routing, model, model_dir / OFFRAMP_DIR), CloudClient(routing.cloud, token=token or routing.token(),
-                                                     encoding=routing.encoding)
+    policy = model_policy(routing, model, model_dir / OFFRAMP_DIR)
+    return policy, CloudClient(routing.cloud, token=token or routing.token(), encoding=routing.encoding)
 
 
 def _until_end_of_speech(audio):
