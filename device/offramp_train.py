@@ -242,8 +242,7 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
 
     Thresholds belong to the model: each retrained model moves them, so the agent reads them from its model
     rather than from a number in its config that the next training run would make stale."""
-    if routing.policy not in ("ppl", "intent", "ppl+intent") or None not in (routing.threshold,
-                                                                           routing.intent_threshold):
+    if not routing.unset_thresholds:
         return routing
     try:
         report = load_thresholds(folder)
@@ -254,8 +253,8 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
     else:  # one check, or a report without the combined one: each part at its own Offload-M
         parts = {name: threshold(report, name, "M") for name in routing.policy.split("+") if name in report}
     calibrated = {"threshold": parts.get("ppl"), "intent_threshold": parts.get("intent")}
-    return replace(routing, **{name: value for name, value in calibrated.items()
-                               if value is not None and getattr(routing, name) is None})
+    return replace(routing, **{name: calibrated[name] for name in routing.unset_thresholds
+                               if calibrated[name] is not None})
 
 
 def load_thresholds(folder: str | Path) -> dict[str, Any]:

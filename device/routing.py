@@ -182,11 +182,15 @@ class RoutingOptions:
 
     def _check_thresholds(self) -> None:
         """ValueError naming each threshold the policy reads that is still unset."""
-        needed = {"threshold": self.policy in ("ppl", "ppl+intent"), "intent_threshold": self.reads_intent}
-        unset = [name for name, used in needed.items() if used and getattr(self, name) is None]
-        if unset:
+        if unset := self.unset_thresholds:
             raise ValueError(f"the {self.policy} policy needs routing.{' and routing.'.join(unset)}: calibrate the "
                              "model (`pasu offramp train`) or set them (--threshold, --intent-threshold)")
+
+    @property
+    def unset_thresholds(self) -> list[str]:
+        """The threshold fields the named policy compares with that are still None."""
+        read = {"threshold": self.policy in ("ppl", "ppl+intent"), "intent_threshold": self.reads_intent}
+        return [name for name, used in read.items() if used and getattr(self, name) is None]
 
     @property
     def reads_intent(self) -> bool:
