@@ -150,8 +150,8 @@ class RoutingOptions:
 
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
     # with a cloud: on-device (never offload), all (always), ppl (above threshold), intent (above intent_threshold),
-    # ppl+intent (above either: at Offload-M it offloads less than ppl alone and loses a third as much intent accuracy
-    # against offloading everything, 1.0 point against 3.0 in `pasu bench hybrid`)
+    # ppl+intent (above either: at Offload-M it offloads less than ppl alone and loses less intent accuracy against
+    # offloading everything; the latest `pasu bench hybrid` numbers are in README.md)
     policy: PolicyName = "ppl+intent"
     # ppl and ppl+intent: the last pilot's perplexity times the speech's seconds above which the utterance is
     # offloaded; None: the model's calibrated Offload-M for the policy (`calibrated_routing`, MODEL/offramp)
