@@ -37,13 +37,16 @@ TOKENIZER_FILE = "tokenizer.model"
 WEIGHTS_FILE = "model.pt"
 
 
+AVERAGED_WEIGHTS = "model_avg.pt"  # what `pasu train` writes at the end: its best snapshots averaged
+
+
 # --- PASU model folders -------------------------------------------------------------------------------
 
 
 def package_model(
     exp_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
-    weights: str = "model_avg.pt",
+    weights: str = AVERAGED_WEIGHTS,
     evaluation: str | os.PathLike | Mapping[str, Any] | None = None,
     name: str | None = None,
 ) -> Path:
@@ -71,7 +74,8 @@ def package_model(
         "training": {
             "weights": weights if (exp_dir / weights).exists() else "checkpoint.pt",
             "steps": summary.get("steps"),
-            "averaged_steps": summary.get("averaged_steps"),
+            # which snapshots model_avg.pt averages; other weights (a snapshot, a hand-made average) say nothing
+            "averaged_steps": summary.get("averaged_steps") if weights == AVERAGED_WEIGHTS else None,
             "corpus": _repo_relative(run.get("corpus")),
             "corpus_summary": _corpus_summary(run.get("corpus")),  # read where training ran
             # more training speech (`data.extra_corpora`): each corpus's training split, summarized

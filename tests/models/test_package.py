@@ -65,6 +65,18 @@ def test_package_round_trip(exp_dir, tmp_path):
     assert "| test | 40 | 0.25 | 0.8 |" in card and "| test_unseen |  | 0.4 |  |" in card
 
 
+def test_averaged_steps_describe_only_the_runs_average(exp_dir, tmp_path):
+    import shutil
+
+    exp = tmp_path / "exp"
+    shutil.copytree(exp_dir, exp)
+    shutil.copyfile(exp / "model_avg.pt", exp / "hand_average.pt")
+    averaged = yaml.safe_load((package_model(exp, tmp_path / "a") / "config.yaml").read_text())["training"]
+    other = yaml.safe_load((package_model(exp, tmp_path / "b", weights="hand_average.pt") / "config.yaml").read_text())
+    assert averaged["averaged_steps"] and averaged["weights"] == "model_avg.pt"
+    assert other["training"]["averaged_steps"] is None and other["training"]["weights"] == "hand_average.pt"
+
+
 def test_the_card_names_extra_training_corpora(exp_dir, tmp_path):
     import shutil
 
