@@ -35,8 +35,6 @@ from pasu.models.tokenizer import Tokenizer
 PACKAGE_FORMAT = 1
 TOKENIZER_FILE = "tokenizer.model"
 WEIGHTS_FILE = "model.pt"
-
-
 AVERAGED_WEIGHTS = "model_avg.pt"  # what `pasu train` writes at the end: its best snapshots averaged
 
 
