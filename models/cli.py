@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     package.add_argument("exp_dir", type=Path, help="a `pasu train` EXPDIR")
     package.add_argument("--out", type=Path, required=True, help="model folder to write")
-    package.add_argument("--weights", default="model_avg.pt", help="weights file in EXPDIR (default: model_avg.pt)")
+    package.add_argument("--weights", help="weights file in EXPDIR (default: model_avg.pt, the run's average)")
     package.add_argument("--eval", type=Path, default=None, help="evaluation JSON for the model card's results")
     package.add_argument("--name", default=None, help="model name in the card (default: EXPDIR's name)")
     package.set_defaults(run=_package)
@@ -237,9 +237,10 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _package(args: argparse.Namespace) -> int:
-    from pasu.models.package import package_model
+    from pasu.models.package import AVERAGED_WEIGHTS, package_model
 
-    out = package_model(args.exp_dir, args.out, weights=args.weights, evaluation=args.eval, name=args.name)
+    out = package_model(args.exp_dir, args.out, weights=args.weights or AVERAGED_WEIGHTS, evaluation=args.eval,
+                        name=args.name)
     print(f"wrote {out}")
     return 0
 

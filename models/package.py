@@ -51,7 +51,7 @@ def package_model(
     """Write a model folder from a `pasu train` EXPDIR (weights: model_avg.pt, else the last checkpoint)."""
     exp_dir, out_dir = Path(exp_dir), Path(out_dir)
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
-    state = _experiment_weights(exp_dir, weights)
+    state, source = _experiment_weights(exp_dir, weights)
     model_config = inference_model_config(resolved["model"])
     data = resolved.get("data", {})
     model = build_asr_model(model_config)
@@ -70,10 +70,10 @@ def package_model(
         "weights": WEIGHTS_FILE,
         "parameters": sum(p.numel() for p in model.parameters()),
         "training": {
-            "weights": weights if (exp_dir / weights).exists() else "checkpoint.pt",
+            "weights": source,
             "steps": summary.get("steps"),
             # which snapshots model_avg.pt averages; other weights (a snapshot, a hand-made average) say nothing
-            "averaged_steps": summary.get("averaged_steps") if weights == AVERAGED_WEIGHTS else None,
+            "averaged_steps": summary.get("averaged_steps") if source == AVERAGED_WEIGHTS else None,
             "corpus": _repo_relative(run.get("corpus")),
             "corpus_summary": _corpus_summary(run.get("corpus")),  # read where training ran
             # more training speech (`data.extra_corpora`): each corpus's training split, summarized
@@ -128,13 +128,14 @@ def load_packaged(folder: str | os.PathLike) -> tuple[ESPnetASRModel, Tokenizer,
     return model.float().eval(), tokenizer, config
 
 
-def _experiment_weights(exp_dir: Path, weights: str) -> dict[str, torch.Tensor]:
+def _experiment_weights(exp_dir: Path, weights: str) -> tuple[dict[str, torch.Tensor], str]:
+    """The state dict of EXPDIR/weights, else of the last checkpoint, and the name of the file it came from."""
     if (exp_dir / weights).exists():
-        return torch.load(exp_dir / weights, map_location="cpu", weights_only=True)
+        return torch.load(exp_dir / weights, map_location="cpu", weights_only=True), weights
     ckpt = exp_dir / "checkpoint.pt"
     if not ckpt.exists():
         raise FileNotFoundError(f"neither {exp_dir / weights} nor {ckpt} exists")
-    return torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
+    return torch.load(ckpt, map_location="cpu", weights_only=False)["model"], ckpt.name
 
 
 def _repo_relative(path: str | None) -> str | None:

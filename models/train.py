@@ -58,6 +58,7 @@ from pasu.models.data import (
     load_split,
     sample_global_stats,
 )
+from pasu.models.package import AVERAGED_WEIGHTS
 from pasu.models.targets import decode_target, target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
 
@@ -792,7 +793,7 @@ class _Loop:
         paths = [p for p in paths if p.exists()]
         if not paths:
             return None
-        out = self.exp_dir / "model_avg.pt"
+        out = self.exp_dir / AVERAGED_WEIGHTS
         atomic_save(average_state_dicts(paths), out)
         log.info("averaged %d snapshots (steps %s) into %s", len(paths), [b[1] for b in self.state.best], out)
         return out
