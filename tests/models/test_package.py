@@ -1,6 +1,7 @@
 """Model folders (package -> load round trip) and loading ESPnet ASR training outputs strictly."""
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -66,8 +67,6 @@ def test_package_round_trip(exp_dir, tmp_path):
 
 
 def test_averaged_steps_describe_only_the_runs_average(exp_dir, tmp_path):
-    import shutil
-
     exp = tmp_path / "exp"
     shutil.copytree(exp_dir, exp)
     shutil.copyfile(exp / "model_avg.pt", exp / "hand_average.pt")
@@ -78,8 +77,6 @@ def test_averaged_steps_describe_only_the_runs_average(exp_dir, tmp_path):
 
 
 def test_the_card_names_extra_training_corpora(exp_dir, tmp_path):
-    import shutil
-
     extra = tmp_path / "corpus-v1"
     extra.mkdir()
     (extra / "report.json").write_text(json.dumps({"splits": {"train": {
