@@ -71,7 +71,7 @@ def _windows(recognizer: WhisperRecognizer, utterances: list[Utterance], done: s
 
     cache = None
     if encoded is not None:
-        cache = EncodedSplit(encoded, "train", utterances)
+        cache = EncodedSplit(encoded, "train", utterances, recognizer.encoder_width)
         cache.fill(recognizer, "encode train")  # what is missing, kept for a later `pasu whisper adapt` too
     for i, utt in enumerate(utterances):
         if utt.id in done:

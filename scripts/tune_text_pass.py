@@ -10,7 +10,11 @@ with `TextIntentPass`'s rule (intent accuracy of argmax log(sum over candidates 
 P_text) + w x evidence; T = 0: the chosen transcript alone). Reports the shipped pair, the grid's best, and the
 accuracy of a pair tuned in 2-fold cross-validation (what tuning would really buy on new data).
 
+With `--reread`, the cached candidates are read again by `--text-intent` before scoring, so two text passes
+are compared on the same recognizer output without running the recognizer again.
+
     .venv/bin/python scripts/tune_text_pass.py --utterances 300 --cache exp/text_pass.json
+    .venv/bin/python scripts/tune_text_pass.py --cache exp/text_pass.json --reread --text-intent exp/other
 """
 
 from __future__ import annotations
@@ -51,9 +55,23 @@ def intent_scores(cloud: Path, text_intent: Path, corpus: Path, count: int) -> d
         texts = [heard.text] + [t for t, _ in others]
         rows.append({"id": utt.id, "gold": utt.intent, "texts": texts,
                      "log_weights": np.log(np.maximum([chosen] + [w for _, w in others], 1e-300)).tolist(),
-                     "text_logprobs": np.log(np.maximum(classifier.probabilities(texts), 1e-30)).tolist(),
+                     "text_logprobs": _text_logprobs(classifier, texts),
                      "evidence": dict(heard.intent_evidence)})
     return {"classes": list(classifier.classes), "rows": rows}
+
+
+def reread(cache: dict, text_intent: Path) -> dict:
+    """The cache with every row's candidates read by another text pass (same intents, same order)."""
+    classifier = TextIntentClassifier.load(text_intent)
+    if list(classifier.classes) != cache["classes"]:
+        raise ValueError(f"{text_intent} answers other intents than the cache's text pass")
+    rows = [dict(r, text_logprobs=_text_logprobs(classifier, r["texts"]))
+            for r in tqdm(cache["rows"], desc="re-reading")]
+    return dict(cache, rows=rows)
+
+
+def _text_logprobs(classifier: TextIntentClassifier, texts: list[str]) -> list[list[float]]:
+    return np.log(np.maximum(classifier.probabilities(texts), 1e-30)).tolist()
 
 
 class TextPassTuning:
@@ -95,6 +113,8 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("data/corpus-full"))
     parser.add_argument("--utterances", type=int, default=300, help="fixed random dev subset")
     parser.add_argument("--cache", type=Path, required=True, help="JSON of intent scores (made once, then read)")
+    parser.add_argument("--reread", action="store_true",
+                        help="read the cached candidates again with --text-intent (the cache file is left as it is)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -103,6 +123,8 @@ def main() -> None:
     else:
         cache = intent_scores(args.cloud, args.text_intent, args.corpus, args.utterances)
         args.cache.write_text(json.dumps(cache))
+    if args.reread:
+        cache = reread(cache, args.text_intent)
     tuning = TextPassTuning(cache)
     every = np.arange(len(tuning.gold))
     print(f"{len(every)} utterances with a transcript; intent accuracy by candidate temperature (rows) and "

@@ -70,10 +70,11 @@ def test_the_adaptation_encodings_serve_grow_and_give_the_same_transcripts(spoke
     weights = read_weights(CLOUD)
     recognizer = WhisperRecognizer(load_model(weights, cpu_threads=1, files=model_files(weights, CLOUD)), weights)
     sample = nested_sample(load_split(spoken_corpus, "train"), OPTIONS.utterances, OPTIONS.seed)
-    EncodedSplit(tmp_path, "train", sample[:2]).fill(recognizer, "encode")  # half of them cached, as after a run
+    width = recognizer.encoder_width
+    EncodedSplit(tmp_path, "train", sample[:2], width).fill(recognizer, "encode")  # half, as after a run
     out = hear_training_audio(CLOUD, spoken_corpus, tmp_path / "heard.jsonl", OPTIONS, encoded=tmp_path)
     assert [r["texts"][0] for r in read_jsonl(out)] == [r["texts"][0] for r in read_jsonl(heard)]
-    assert EncodedSplit(tmp_path, "train", sample).done() == 4  # the missing ones were added, for adaptation too
+    assert EncodedSplit(tmp_path, "train", sample, width).done() == 4  # the rest added, for adaptation too
 
 
 def test_heard_sentences_keep_what_differs_from_the_gold_words_with_the_gold_intent(tmp_path):

