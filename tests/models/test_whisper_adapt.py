@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -92,6 +93,23 @@ def test_the_server_loads_the_adapted_decoder_and_scores_with_it(adapted, monkey
     # a transcript cut at max_length has no end of text in its score (6 steps at this rate make tones babble)
     expected = ours_no_eot if len(result.sequences_ids[0]) >= 20 - len(recognizer.prompt) else ours
     assert float(expected) == pytest.approx(result.scores[0], abs=1e-3)
+
+
+def test_the_int8_served_model_is_the_same_from_the_packed_file_as_from_float16(adapted, monkeypatch, tmp_path):
+    corpus, folder, _ = adapted
+    monkeypatch.setenv("PASU_CACHE", str(tmp_path))
+    np.savez(tmp_path / "float16.npz", **unpack_adaptation(folder / "decoder.npz"))
+    heard = []
+    for name, adaptation in (("packed", folder / "decoder.npz"), ("float16", tmp_path / "float16.npz")):
+        (tmp_path / name).mkdir()
+        shutil.copy(adaptation, tmp_path / name / "decoder.npz")
+        config = {"beam_size": 3, "decoder_adaptation": "decoder.npz"}  # compute_type int8, as served
+        (tmp_path / name / CONFIG_FILE).write_text(yaml.safe_dump(config))
+        recognizer = WhisperRecognizer.from_folder(tmp_path / name)
+        encoded = recognizer._encode(read_audio(load_split(corpus, "dev")[0].audio))
+        heard.append(([(h.text, h.logprob) for h in recognizer._nbest(encoded)],
+                      recognizer._forced(encoded, [u.text for u in load_split(corpus, "dev")]).tolist()))
+    assert heard[0] == heard[1]
 
 
 def test_a_missing_adaptation_file_names_the_command_that_rebuilds_it(tmp_path):

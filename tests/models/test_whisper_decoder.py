@@ -52,28 +52,30 @@ def test_only_the_decoder_blocks_and_final_norm_are_trained():
     assert trained and all(is_adaptable(name) for name in trained)
     assert "decoder/embeddings/weight" not in trained and not any(n.startswith("encoder/") for n in trained)
     assert all(trained[n].shape == variables[n].shape and trained[n].dtype == np.float16 for n in trained)
-    assert 9e6 < sum(v.size for v in trained.values()) < 1e7  # 4 blocks of tiny: the file shipped is ~9.6 MB (int8)
+    assert 9e6 < sum(v.size for v in trained.values()) < 1e7  # tiny's 4 blocks: ~9.6 MB shipped as int8
+
+
+MATRIX, VECTOR = "decoder/layer_0/ffn/linear_0/weight", "decoder/layer_0/ffn/linear_0/bias"
 
 
 def test_packed_adaptations_are_int8_rows_that_unpack_within_half_a_step_and_repack_the_same(tmp_path):
     rng = np.random.default_rng(0)
-    variables = {"decoder/layer_0/ffn/linear_0/weight": rng.standard_normal((8, 16)).astype(np.float32),
-                 "decoder/layer_0/ffn/linear_0/bias": rng.standard_normal(8).astype(np.float32)}
+    variables = {MATRIX: rng.standard_normal((8, 16)).astype(np.float32),
+                 VECTOR: rng.standard_normal(8).astype(np.float32)}
     packed = pack_adaptation(variables)
-    assert packed["decoder/layer_0/ffn/linear_0/weight"].dtype == np.int8
+    assert packed[MATRIX].dtype == np.int8
     np.savez(tmp_path / "a.npz", **packed)
     unpacked = unpack_adaptation(tmp_path / "a.npz")
     assert set(unpacked) == set(variables) and all(v.dtype == np.float16 for v in unpacked.values())
-    weight = variables["decoder/layer_0/ffn/linear_0/weight"]
-    step = np.abs(weight).max(axis=1, keepdims=True) / 127
-    float16_rounding = np.abs(weight) * 2.0**-10
-    assert np.all(np.abs(unpacked["decoder/layer_0/ffn/linear_0/weight"] - weight) <= 0.5 * step + float16_rounding)
+    step = np.abs(variables[MATRIX]).max(axis=1, keepdims=True) / 127
+    float16_rounding = np.abs(variables[MATRIX]) * 2.0**-10
+    assert np.all(np.abs(unpacked[MATRIX] - variables[MATRIX]) <= 0.5 * step + float16_rounding)
     # the int8 compute type quantizes the unpacked rows the same way: it gets the very integers stored
     repacked = pack_adaptation({k: v.astype(np.float32) for k, v in unpacked.items()})
-    assert np.array_equal(repacked["decoder/layer_0/ffn/linear_0/weight"], packed["decoder/layer_0/ffn/linear_0/weight"])
+    assert np.array_equal(repacked[MATRIX], packed[MATRIX])
 
 
 def test_plain_float16_adaptations_unpack_as_they_are(tmp_path):
     value = np.arange(6, dtype=np.float16).reshape(2, 3)
-    np.savez(tmp_path / "a.npz", **{"decoder/layer_0/ffn/linear_0/weight": value})
-    assert np.array_equal(unpack_adaptation(tmp_path / "a.npz")["decoder/layer_0/ffn/linear_0/weight"], value)
+    np.savez(tmp_path / "a.npz", **{MATRIX: value})
+    assert np.array_equal(unpack_adaptation(tmp_path / "a.npz")[MATRIX], value)
