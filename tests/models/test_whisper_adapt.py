@@ -99,6 +99,7 @@ def test_the_int8_served_model_is_the_same_from_the_packed_file_as_from_float16(
     corpus, folder, _ = adapted
     monkeypatch.setenv("PASU_CACHE", str(tmp_path))
     np.savez(tmp_path / "float16.npz", **unpack_adaptation(folder / "decoder.npz"))
+    dev = load_split(corpus, "dev")
     heard = []
     for name, adaptation in (("packed", folder / "decoder.npz"), ("float16", tmp_path / "float16.npz")):
         (tmp_path / name).mkdir()
@@ -106,9 +107,9 @@ def test_the_int8_served_model_is_the_same_from_the_packed_file_as_from_float16(
         config = {"beam_size": 3, "decoder_adaptation": "decoder.npz"}  # compute_type int8, as served
         (tmp_path / name / CONFIG_FILE).write_text(yaml.safe_dump(config))
         recognizer = WhisperRecognizer.from_folder(tmp_path / name)
-        encoded = recognizer._encode(read_audio(load_split(corpus, "dev")[0].audio))
+        encoded = recognizer._encode(read_audio(dev[0].audio))
         heard.append(([(h.text, h.logprob) for h in recognizer._nbest(encoded)],
-                      recognizer._forced(encoded, [u.text for u in load_split(corpus, "dev")]).tolist()))
+                      recognizer._forced(encoded, [u.text for u in dev]).tolist()))
     assert heard[0] == heard[1]
 
 
