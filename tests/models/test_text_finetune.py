@@ -88,6 +88,25 @@ def test_an_adaptation_of_another_model_is_refused(tmp_path):
 
 
 
+def test_only_the_transformer_layers_train_as_the_adaptation_file_holds_only_them(tmp_path):
+    """MPNet (all-mpnet-base-v2) keeps a relative position bias outside its layers: it must stay as packaged,
+    or the served model (package + file) would differ from the one measured after training."""
+    import torch
+    import transformers
+
+    config = transformers.MPNetConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64)
+    transformers.MPNetModel(config).save_pretrained(tmp_path)
+    shared_encoder().tokenizer.save_pretrained(tmp_path)
+    encoder = SentenceEncoder("tiny-mpnet", folder=tmp_path)
+    before = {name: p.detach().clone() for name, p in encoder.model.named_parameters()}
+    fine_tuned_classifier(SENTENCES, encoder, OPTIONS)
+    after = dict(encoder.model.named_parameters())
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed and all(name.startswith("encoder.layer.") for name in changed)
+    assert "encoder.relative_attention_bias.weight" in before
+
+
 def test_the_cli_fine_tunes_on_the_project_samples_and_says_so_in_the_card(tmp_path, capsys):
     from pasu.corpus.text import samples_dir
 

