@@ -318,8 +318,8 @@ def _text_intent_train(args: argparse.Namespace) -> int:
                                                  ("encoder", args.encoder)) if v is not None})
     if args.fine_tune_epochs is not None:
         options = dataclasses.replace(options, fine_tune=FineTuneOptions(epochs=args.fine_tune_epochs))
-    encoder = shared_encoder(options.encoder)
-    encoder = encoder if args.embeddings_cache is None else CachedEncoder(encoder, args.embeddings_cache)
+    # fine-tuning builds its own encoder: loading the frozen one too (all-mpnet-base-v2: 438 MB) would be waste
+    encoder = CachedEncoder(shared_encoder(options.encoder), args.embeddings_cache) if args.embeddings_cache else None
     flags = [("--out", args.out), ("--data-dir", args.data_dir), ("--encoder", args.encoder), ("--c", args.c),
              ("--tfidf-weight", args.tfidf_weight), ("--fine-tune-epochs", args.fine_tune_epochs)]
     command = "pasu text-intent train " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags if v is not None)

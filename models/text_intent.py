@@ -434,7 +434,7 @@ def _load_slots(folder: Path, config: dict[str, Any] | None, encoder: Encoder) -
 # --- Training on the corpus -------------------------------------------------------------------------------
 
 
-def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os.PathLike | None = None,
+def train_on_corpus(out: str | os.PathLike, encoder: Encoder | None, data_dir: str | os.PathLike | None = None,
                     options: TrainOptions = TrainOptions(), command: str = "",
                     heard: Sequence[Sentence] = ()) -> TextIntentClassifier:
     """Train on the corpus's training text, score SLURP test and devel gold transcripts, save with a model card.
@@ -442,7 +442,8 @@ def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os
     The training sentences are exactly those of `pasu corpus build` (`load_corpus_text`: SLURP train text
     labelled through HWU64 and slurpfood, plus HWU64 sentences outside SLURP devel/test), plus `heard`
     (recognizer transcripts of training audio, models/heard.py), which train the encoder's intent read-out only.
-    With `options.fine_tune`, a fresh encoder is fine-tuned (`encoder` is not used: it may be the shared one).
+    With `options.fine_tune`, a fresh `options.encoder` is fine-tuned and `encoder` is not used; without it, the
+    read-outs are fitted on `encoder` (None: the shared frozen `options.encoder`).
     """
     if heard and options.fine_tune is None:
         raise ValueError("heard transcripts train the fine-tuned encoder's intent read-out: fine-tune with them")
@@ -451,6 +452,7 @@ def train_on_corpus(out: str | os.PathLike, encoder: Encoder, data_dir: str | os
     if options.fine_tune is not None:
         classifier = fine_tuned_classifier(sentences, SentenceEncoder(options.encoder), options)
     else:
+        encoder = encoder if encoder is not None else shared_encoder(options.encoder)
         classifier = TextIntentClassifier.train([s.text for s in text.train], [s.intent for s in text.train],
                                                 encoder, options)
         slotted = [(s.text, s.slots) for s in text.train if s.slots is not None]
