@@ -558,14 +558,13 @@ def _encoder_rows(classifier: TextIntentClassifier) -> list[str]:
     packages = packaged_encoder(classifier.encoder.name).packages  # a card is written for a packaged encoder
     package = (f"`{classifier.encoder.name}` from the PyPI package{'s' if len(packages) > 1 else ''} "
                + ", ".join(f"`{p}`" for p in packages))
-    layers = getattr(getattr(classifier.encoder, "model", None), "config", None)
-    layers = f"{layers.num_hidden_layers} " if layers is not None else ""
     tuned = options.get("fine_tune")
     if not tuned:
         return [f"| encoder | {package} (not in this folder), frozen |",
                 f"| classifier | multinomial logistic regression (scikit-learn, lbfgs, C = {options['c']:g}), "
                 f"{shape} weights, float32 |"]
-    return [f"| encoder | {package}; its {layers}transformer layers fine-tuned with the two read-outs "
+    layers = classifier.encoder.model.config.num_hidden_layers  # a fine-tuned classifier holds a SentenceEncoder
+    return [f"| encoder | {package}; its {layers} transformer layers fine-tuned with the two read-outs "
             f"(`models/text_finetune.py`: {tuned['epochs']:g} epochs of {tuned['batch_size']}, AdamW lr "
             f"{tuned['encoder_lr']:g}, heads {tuned['head_lr']:g}, {100 * tuned['word_drop']:g}% of training words "
             f"dropped) and saved in `{ENCODER_ADAPTATION_FILE}` (float16); embeddings frozen, from the package |",
