@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_CORPUS = "data/corpus-full"
 # what `pasu offramp train` reports on, in this order (each a key of offramp.json)
-OFFRAMPS = ("ppl", "bilstm", "intent", "ppl_intent", "bilstm_intent")
+OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,10 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                             epilog="Example: pasu offramp train models/shipped/device --limit 150")
     commands = parser.add_subparsers(dest="offramp_command", metavar="COMMAND", required=True)
     train = commands.add_parser(
-        "train", help="fit the BiLSTM offramp on dev replays and calibrate PPL, BiLSTM and intent thresholds",
-        description="Replays the agent over a corpus split (cached), fits the BiLSTM to predict local WER > --bad-wer\n"
-                    "and the intent reader on the training sentences, and writes bilstm.pt, bilstm.json,\n"
-                    "intent_reader.json/.npz and offramp.json (thresholds) to MODEL/offramp/.",
+        "train", help="fit the BiLSTM and CNN offramps on dev replays and calibrate PPL, BiLSTM, CNN and intent "
+                      "thresholds",
+        description="Replays the agent over a corpus split (cached), fits the BiLSTM (per-token scores) and the CNN\n"
+                    "(encoder output) to predict local WER > --bad-wer and the intent reader on the training\n"
+                    "sentences, and writes bilstm.pt/.json, cnn.pt/.json, intent_reader.json/.npz and offramp.json\n"
+                    "(thresholds) to MODEL/offramp/.",
         epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("model", type=Path, help="packaged device model folder (pasu package)")
@@ -46,11 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--cloud-model", type=Path,
                        help="cloud model folder: decode the split with it to calibrate WER targets as well")
     train.add_argument("--fit-all", action="store_true",
-                       help="fit the BiLSTM on every utterance of the split (replayed and cached once), not only on "
+                       help="fit the BiLSTM and CNN on every utterance of the split (replayed and cached once), not only on "
                             "the --limit subset the thresholds are calibrated on and the cloud decodes")
     train.add_argument("--epochs", type=int, default=60, help="BiLSTM training epochs")
     train.add_argument("--bad-wer", type=float,
-                       help="the BiLSTM's label: local WER above this is wrong (default: the paper's 0.1; a device "
+                       help="the BiLSTM's and CNN's label: local WER above this is wrong (default: the paper's 0.1; a device "
                             "whose WER is far above it may rank better with a higher bar, see the printed yardsticks)")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
@@ -66,7 +68,6 @@ def run_train(args: argparse.Namespace) -> int:
         fit_offramps,
         intent_offramp,
         load_device_model,
-        save_offramps,
     )
 
     logging.getLogger("espnet").setLevel(logging.WARNING)  # its beam search logs every hypothesis at INFO
@@ -87,11 +88,12 @@ def run_train(args: argparse.Namespace) -> int:
     if args.fit_all:  # more examples for the network; the cloud still decodes only the calibration subset
         everything = load_split(args.corpus, args.split)
         fit_samples = collect_split(model, args.corpus, args.split, everything, out / f"replays-{args.split}-all.jsonl")
-    bilstm, report = fit_offramps(samples, options, cloud_edits, intent_offramp(model), fit_samples)
+    trained = fit_offramps(samples, options, cloud_edits, intent_offramp(model), fit_samples)
+    report = trained.report
     report["answers"] = answer_intent_accuracy(fit_samples or samples, model.read)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
-    save_offramps(out, bilstm, report)
+    trained.save(out)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
     answers = report["answers"]
     print(f"intent accuracy of the device's answers on {answers['utterances']} replays: {answers['answers']:.1%} "

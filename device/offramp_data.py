@@ -13,10 +13,12 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from pasu.device.agent import AgentOptions, replay
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.routing import Decision
@@ -40,15 +42,21 @@ class HypothesisFeatures:
     token_att: tuple[float, ...]  # attention-decoder log-probability per token (<eos> included when ended)
     token_ctc: tuple[float, ...]  # CTC prefix-score increment per token
     ended: bool  # reached <eos> (pilots stopped by the token cap have not)
+    # (T, D) float16: the encoder output the hypothesis was searched on (kept for the early decision's, which
+    # the CNN offramp judges; cached beside the JSONL, see save_samples); None: not kept
+    encoded: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, hypothesis: Hypothesis) -> HypothesisFeatures:
+    def of(cls, hypothesis: Hypothesis, keep_encoded: bool = False) -> HypothesisFeatures:
+        encoded = hypothesis.encoded
+        kept = encoded.numpy().astype(np.float16) if keep_encoded and encoded is not None else None
         return cls(tuple(hypothesis.tokens), tuple(map(float, hypothesis.token_att)),
-                   tuple(map(float, hypothesis.token_ctc)), bool(hypothesis.ended))
+                   tuple(map(float, hypothesis.token_ctc)), bool(hypothesis.ended), kept)
 
     def hypothesis(self) -> Hypothesis:
         """A Hypothesis carrying these features, for any `Offramp.score`."""
-        return Hypothesis(self.tokens, 0.0, self.ended, self.token_att, self.token_ctc)
+        encoded = torch.from_numpy(self.encoded.astype(np.float32)) if self.encoded is not None else None
+        return Hypothesis(self.tokens, 0.0, self.ended, self.token_att, self.token_ctc, encoded=encoded)
 
 
 @dataclass(frozen=True)
@@ -129,7 +137,7 @@ def replay_sample(model: DeviceModel, utterance: Utterance, options: AgentOption
         id=utterance.id, duration=utterance.duration, reference=reference, local=local,
         local_edits=word_edits(reference.text, local.text), ref_words=max(len(reference.text.split()), 1),
         local_latency=result.latency, decision_at=decision_at if decision_at is not None else result.latency,
-        pilots=result.pilots, early=HypothesisFeatures.of(early) if early else None,
+        pilots=result.pilots, early=HypothesisFeatures.of(early, keep_encoded=True) if early else None,
         final=HypothesisFeatures.of(recorder.last) if recorder.last else None, pilot_text=result.pilot_text,
         extra={"timings": result.timings})
 
@@ -158,25 +166,42 @@ def collect(model: DeviceModel, utterances: Sequence[Utterance], options: AgentO
 
 
 def save_samples(path: str | Path, samples: Sequence[OfframpSample], key: dict[str, Any]) -> Path:
-    """JSONL: a header line with the cache key, then one sample per line."""
+    """JSONL: a header line with the cache key, then one sample per line; the early hypotheses' encoder outputs
+    beside it (`encodings_path`: float16 arrays by utterance id; JSON would be ten times the size)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"key": key})] + [json.dumps(asdict(s)) for s in samples]
+    encodings = {s.id: s.early.encoded for s in samples if s.early is not None and s.early.encoded is not None}
+    with open(encodings_path(path), "wb") as f:  # a file object: np.savez would append .npz to a str path
+        np.savez(f, **encodings)
+    lines = [json.dumps({"key": key})] + [json.dumps(_sample_to_dict(s)) for s in samples]
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)  # atomic: a killed run never leaves half a cache behind
+    tmp.replace(path)  # atomic, and last: a killed run never leaves half a cache behind
     return path
 
 
+def encodings_path(path: str | Path) -> Path:
+    """Where the encoder outputs of the replays cached at `path` are kept."""
+    path = Path(path)
+    return path.with_name(path.stem + ".encoded.npz")
+
+
 def load_samples(path: str | Path, key: dict[str, Any] | None = None) -> list[OfframpSample] | None:
-    """The cached samples, or None when the file is missing or was made for another key."""
+    """The cached samples (with their encoder outputs when kept), or None when the file is missing, was made for
+    another key, or lost the encoder outputs its key says it holds."""
     path = Path(path)
     if not path.is_file():
         return None
     lines = path.read_text().splitlines()
     if not lines or (key is not None and json.loads(lines[0]).get("key") != key):
         return None
-    return [_sample_from_dict(json.loads(line)) for line in lines[1:] if line.strip()]
+    samples = [_sample_from_dict(json.loads(line)) for line in lines[1:] if line.strip()]
+    if not encodings_path(path).is_file():
+        return None if (key or {}).get("encoded") else samples
+    with np.load(encodings_path(path)) as encodings:
+        held = set(encodings.files)
+        return [replace(s, early=replace(s.early, encoded=encodings[s.id])) if s.early is not None and s.id in held
+                else s for s in samples]
 
 
 def load_or_collect(path: str | Path, key: dict[str, Any], make: Callable[[], list[OfframpSample]]) -> list[OfframpSample]:
@@ -193,13 +218,23 @@ def load_or_collect(path: str | Path, key: dict[str, Any], make: Callable[[], li
 def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: AgentOptions,
               intent_reader: str | None = None) -> dict[str, Any]:
     """What makes two collections interchangeable: the model, the intent reader its answers weigh in (its
-    digest; None: none), the utterances and the agent's settings."""
+    digest; None: none), the utterances and the agent's settings; `encoded`: the early hypotheses' encoder
+    outputs are kept (caches from before they were have no such key, and are made again)."""
     return {"model": model_id, "intent_reader": intent_reader, "manifest": str(Path(manifest).resolve()),
-            "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str))}
+            "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str)), "encoded": True}
 
 
 def _slu(raw: dict[str, Any]) -> SluResult:
     return SluResult(raw["text"], raw["intent"], tuple(Slot(*s) for s in raw["slots"]))
+
+
+def _sample_to_dict(sample: OfframpSample) -> dict[str, Any]:
+    """The sample as JSON holds it: without the encoder output (kept beside, see save_samples)."""
+    raw = asdict(sample)
+    for name in ("early", "final"):
+        if raw[name] is not None:
+            raw[name].pop("encoded")
+    return raw
 
 
 def _features(raw: dict[str, Any] | None) -> HypothesisFeatures | None:

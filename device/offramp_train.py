@@ -1,8 +1,9 @@
 """Fit and calibrate the offramps of a packaged device model; the result lives in MODEL/offramp/.
 
-Thresholds are set on out-of-fold BiLSTM scores (k-fold cross-fitting on the dev replays): scores of a network
-on its own training data are over-confident, and thresholds placed on them would offload less than asked on new
-data. The network that ships is then fitted on every dev replay. Perplexity needs no training, only thresholds.
+Thresholds are set on out-of-fold BiLSTM and CNN scores (k-fold cross-fitting on the dev replays): scores of a
+network on its own training data are over-confident, and thresholds placed on them would offload less than asked
+on new data. The networks that ship are then fitted on every dev replay. Perplexity needs no training, only
+thresholds.
 """
 
 from __future__ import annotations
@@ -15,14 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pasu.device.bilstm_offramp import (
-    BiLstmOfframp,
-    TrainOptions,
-    parameter_count,
-    token_features,
-    train,
-    training_set,
-)
+from pasu.device import bilstm_offramp, cnn_offramp
+from pasu.device.bilstm_offramp import BiLstmOfframp, token_features
+from pasu.device.cnn_offramp import CNN_TRAINING, CnnOfframp
 from pasu.device.calibration import (
     OFFLOAD_LEVELS,
     Calibration,
@@ -36,6 +32,7 @@ from pasu.device.calibration import (
 from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
+from pasu.device.offramp_net import Fitter, TrainOptions, parameter_count
 from pasu.device.routing import EitherOfframp, PerplexityOfframp, weigh_by_length
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -58,7 +55,8 @@ CALIBRATION_VERSION = 4
 class OfframpTrainOptions:
     """What `pasu offramp train` does besides replaying."""
 
-    bilstm: TrainOptions = field(default_factory=TrainOptions)  # fitting the network
+    bilstm: TrainOptions = field(default_factory=TrainOptions)  # fitting the BiLSTM (its bad_wer: every label)
+    cnn: TrainOptions = CNN_TRAINING  # fitting the CNN over encoder output (its bad_wer is the BiLSTM's)
     folds: int = 5  # cross-fitting folds for the out-of-fold scores the thresholds are placed on
     levels: tuple[tuple[str, float], ...] = tuple(OFFLOAD_LEVELS.items())  # (name, offload ratio) to calibrate
 
@@ -70,8 +68,28 @@ def ppl_scores(samples: Sequence[OfframpSample], late: bool = False) -> np.ndarr
     return np.array([offramp.score(h.hypothesis()) if h else np.inf for h in hyps])
 
 
-def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options: OfframpTrainOptions) -> np.ndarray:
-    """BiLSTM scores of each sample from a network that never saw it."""
+@dataclass(frozen=True)
+class TrainedOfframps:
+    """What `fit_offramps` makes and MODEL/offramp/ holds."""
+
+    bilstm: BiLstmOfframp
+    report: dict[str, Any]  # offramp.json: thresholds, selectivity, training facts
+    cnn: CnnOfframp | None = None  # None: the replays kept no encoder outputs (or a folder from before the CNN)
+
+    def save(self, folder: str | Path) -> Path:
+        """bilstm.pt + bilstm.json, cnn.pt + cnn.json (the networks) and offramp.json."""
+        folder = self.bilstm.save(folder)
+        if self.cnn is not None:
+            self.cnn.save(folder)
+        (folder / THRESHOLDS).write_text(json.dumps(self.report, indent=2))
+        return folder
+
+
+def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options: OfframpTrainOptions,
+                       fitter: Fitter | None = None) -> np.ndarray:
+    """Scores of each sample from a network that never saw it; `fitter`: how a network is fitted (default: the
+    BiLSTM with options.bilstm)."""
+    fitter = fitter or (lambda x, y: bilstm_offramp.train(x, y, options.bilstm))
     minority = int(min(labels.sum(), len(labels) - labels.sum()))
     folds = min(options.folds, len(labels))
     if folds < 2:
@@ -80,7 +98,7 @@ def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options:
         KFold(folds, shuffle=True, random_state=options.bilstm.seed)  # too few of one class to stratify
     scores = np.zeros(len(labels))
     for fit, held in splitter.split(np.zeros(len(labels)), labels):
-        offramp = train([sequences[i] for i in fit], labels[fit], options.bilstm)
+        offramp = fitter([sequences[i] for i in fit], labels[fit])
         scores[held] = offramp.probabilities([sequences[i] for i in held])
     return scores
 
@@ -122,18 +140,19 @@ def intent_scores(offramp: IntentAgreementOfframp, samples: Sequence[OfframpSamp
 
 def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions = OfframpTrainOptions(),
                  cloud_edits: Sequence[int] | None = None, intent: IntentAgreementOfframp | None = None,
-                 fit_samples: Sequence[OfframpSample] | None = None) -> tuple[BiLstmOfframp, dict[str, Any]]:
-    """The BiLSTM fitted on `fit_samples` (default: `samples`; it must include them), and the report with the
-    offramps' thresholds calibrated on `samples` (with `intent`, the intent-agreement offramp's too, and those
-    of PPL or BiLSTM combined with it); every score is weighed by the speech's length."""
+                 fit_samples: Sequence[OfframpSample] | None = None) -> TrainedOfframps:
+    """The BiLSTM (and, when the replays kept their encoder outputs, the CNN) fitted on `fit_samples` (default:
+    `samples`; it must include them), and the report with the offramps' thresholds calibrated on `samples`
+    (with `intent`, the intent-agreement offramp's too, and those of PPL or BiLSTM combined with it); every
+    score is weighed by the speech's length."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
     fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
     bad_wer = options.bilstm.bad_wer
-    sequences, labels = training_set(fit, bad_wer)
-    oof = _calibration_scores(out_of_fold_scores(sequences, labels, options), fit, kept)
-    bilstm = train(sequences, labels, options.bilstm)
+    sequences, labels = bilstm_offramp.training_set(fit, bad_wer)
+    oof = calibration_scores(out_of_fold_scores(sequences, labels, options), fit, kept)
+    bilstm = bilstm_offramp.train(sequences, labels, options.bilstm)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
     def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
@@ -149,6 +168,9 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
         "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, late=True)),
     }
+    cnn = None
+    if cnn_offramp.has_encodings(fit):
+        cnn, report["cnn"] = _fit_cnn(fit, kept, options, calibrated)
     if intent is not None:
         doubt = intent_scores(intent, kept)
         report["intent"] = calibrated("Intent agreement", doubt)
@@ -159,7 +181,19 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
             report[f"{words}_intent"] = {"scales": scales, **calibrated(f"{words} or intent", either)}
     if cloud_edits is not None:
         report["yardsticks"] = yardsticks(kept, cloud_edits, bad_wer)
-    return bilstm, report
+    return TrainedOfframps(bilstm, report, cnn)
+
+
+def _fit_cnn(fit: Sequence[OfframpSample], kept: Sequence[OfframpSample], options: OfframpTrainOptions,
+             calibrated: Callable[[str, np.ndarray], dict[str, Any]]) -> tuple[CnnOfframp, dict[str, Any]]:
+    """The CNN over encoder output, fitted and calibrated as the BiLSTM is (same label, out-of-fold scores)."""
+    train_options = replace(options.cnn, bad_wer=options.bilstm.bad_wer)
+    sequences, labels = cnn_offramp.training_set(fit, train_options.bad_wer)
+    fitter = lambda x, y: cnn_offramp.train(x, y, train_options)
+    oof = calibration_scores(out_of_fold_scores(sequences, labels, options, fitter), fit, kept)
+    cnn = cnn_offramp.train(sequences, labels, train_options)
+    return cnn, {"parameters": parameter_count(cnn.net), "train": asdict(train_options), "fitted_on": len(fit),
+                 **calibrated("CNN", oof)}
 
 
 def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],
@@ -186,7 +220,7 @@ def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],
     return table
 
 
-def _calibration_scores(oof: np.ndarray, fit: Sequence[OfframpSample], kept: Sequence[OfframpSample]) -> np.ndarray:
+def calibration_scores(oof: np.ndarray, fit: Sequence[OfframpSample], kept: Sequence[OfframpSample]) -> np.ndarray:
     """The out-of-fold scores of the calibration samples, which must be among the fitted ones."""
     index = {s.id: i for i, s in enumerate(fit)}
     missing = [s.id for s in kept if s.id not in index]
@@ -196,16 +230,12 @@ def _calibration_scores(oof: np.ndarray, fit: Sequence[OfframpSample], kept: Seq
     return oof[[index[s.id] for s in kept]]
 
 
-def save_offramps(folder: str | Path, bilstm: BiLstmOfframp, report: dict[str, Any]) -> Path:
-    """bilstm.pt + bilstm.json (the network) and offramp.json (thresholds, selectivity, training facts)."""
-    folder = bilstm.save(folder)
-    (folder / THRESHOLDS).write_text(json.dumps(report, indent=2))
-    return folder
-
-
-def load_offramps(folder: str | Path) -> tuple[BiLstmOfframp, dict[str, Any]]:
+def load_offramps(folder: str | Path) -> TrainedOfframps:
+    """MODEL/offramp/'s networks and report (the CNN when the folder has one)."""
+    folder = Path(folder)
     report = load_thresholds(folder)
-    return BiLstmOfframp.load(Path(folder)), report
+    cnn = CnnOfframp.load(folder) if CnnOfframp.exists(folder) else None
+    return TrainedOfframps(BiLstmOfframp.load(folder), report, cnn)
 
 
 def load_device_model(folder: str | Path, offramp_folder: str | Path | None = None) -> DeviceModel:

@@ -103,6 +103,8 @@ class Hypothesis:
     ctc_r: torch.Tensor | None = field(default=None, repr=False, compare=False)  # (T, 2) forward variables
     ctc_psi: float = 0.0  # log CTC prefix probability of `tokens`
     lm_state: Any = field(default=None, repr=False, compare=False)  # the LM's state after `tokens`
+    # the (T, D) encoder output the search read (set on a search's results): what the CNN offramp judges
+    encoded: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -384,6 +386,7 @@ class _Run:
             if best is not pool[0]:
                 pool.insert(0, best)
                 self.stats.first_token_rescored = True
+        pool = [replace(h, encoded=self.memory[0]) for h in pool]
         return SearchResult(pool, self.T, self.stats, self.cache)
 
     def _rescore_first_token(self, best: Hypothesis) -> Hypothesis:

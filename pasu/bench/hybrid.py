@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if args.cloud_model is None:
         print(f"note: no --cloud-model; the cloud hosts the device model ({args.model})", file=sys.stderr)
     offramp_folder = args.offramp or args.model / OFFRAMP_DIR
-    bilstm, report = load_offramps(offramp_folder)
+    offramps = load_offramps(offramp_folder)
+    report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
     intent = intent_offramp(model) if "intent" in report else None
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
     print(f"network emulation: {EMULATION}")
     for profile in profiles:
-        result = evaluate_profile(samples, calls[profile], bilstm, report, intent)
+        result = evaluate_profile(samples, calls[profile], offramps.bilstm, report, intent, offramps.cnn)
         result["proxy"] = proxies[profile]
         results["profiles"][profile] = result
         print_profile(profile, result)
@@ -152,8 +153,9 @@ def offload_all(cloud_model: Path, utterances: list, samples: list, encodings: d
 
 
 def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report: dict[str, Any],
-                     intent: Offramp | None = None) -> dict[str, Any]:
-    """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network."""
+                     intent: Offramp | None = None, cnn: Offramp | None = None) -> dict[str, Any]:
+    """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network; `cnn`: the
+    encoder-output offramp, priced where the report calibrated it."""
     from pasu.device.offramp_data import BAD_WER
     from pasu.device.offramp_train import threshold, yardsticks
     from pasu.device.routing import AllOffload, EitherOfframp, OnDevice, PerplexityOfframp
@@ -164,6 +166,8 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     designs = [on_device, all_offload]
     scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm),
                "ppl_late": Scorer("Late-PPL", ppl, late=True)}
+    if cnn is not None and "cnn" in report:
+        scorers["cnn"] = Scorer("Ours-CNN", cnn)
     if intent is not None:
         scorers["intent"] = Scorer("Ours-Intent", intent)
         for words, offramp, name in (("ppl", ppl, "Ours-PPL+Intent"), ("bilstm", bilstm, "Ours-BiLSTM+Intent")):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import soundfile as sf
-from pasu.device.bilstm_offramp import TrainOptions
+from pasu.device.offramp_net import TrainOptions
 from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
 from pasu.models.intent_reader import IntentReader, ReaderOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample, collect
@@ -24,9 +24,13 @@ REF = SluResult("wake me up at five", "alarm_set")
 WRONG = SluResult("play the radio", "play_radio")
 
 
-def sample(i: int, bad: bool) -> OfframpSample:
+def sample(i: int, bad: bool, encoder_size: int | None = None) -> OfframpSample:
+    """`encoder_size`: the early hypothesis keeps an encoder output of that width (bad ones louder)."""
     att = (-0.1, -4.0, -4.0, -0.1) if bad else (-0.1, -0.1, -0.1, -0.1)
-    features = HypothesisFeatures((1, 2, 3), att, att, True)
+    encoded = None
+    if encoder_size is not None:
+        encoded = (np.random.default_rng(i).normal(size=(12, encoder_size)) * (3 if bad else 1)).astype(np.float16)
+    features = HypothesisFeatures((1, 2, 3), att, att, True, encoded)
     return OfframpSample(f"u{i}", 2.0, REF, WRONG if bad else REF, 5 if bad else 0, 5, local_latency=0.2,
                          decision_at=0.01, pilots=1, early=features, final=features)
 
@@ -78,13 +82,16 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     reader = IntentReader.fit([REF.text, WRONG.text, "set an alarm", "play some music"],
                               [REF.intent, WRONG.intent, REF.intent, WRONG.intent], ReaderOptions(min_df=1))
     intent = IntentAgreementOfframp(IntentMixture(reader), device.read)
-    bilstm, report = fit_offramps([sample(i, i % 2 == 0) for i in range(12)],
-                                  OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=2), intent=intent)
-    result = evaluate_profile(samples, calls["wifi"], bilstm, report, intent)
+    width = samples[0].early.encoded.shape[1]  # the replays keep the pilots' encoder outputs for the CNN
+    trained = fit_offramps([sample(i, i % 2 == 0, width) for i in range(12)],
+                           OfframpTrainOptions(bilstm=TrainOptions(epochs=2), cnn=TrainOptions(epochs=2), folds=2),
+                           intent=intent)
+    result = evaluate_profile(samples, calls["wifi"], trained.bilstm, trained.report, intent, trained.cnn)
     designs = {d["design"]: d for d in result["designs"]}
     assert designs["Ours-NoOffload"]["offload_ratio"] == 0.0 and designs["AllOffload"]["offload_ratio"] == 1.0
-    assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Late-PPL-M", "Ours-Intent-M", "Ours-PPL+Intent-M",
+    assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Ours-CNN-M", "Late-PPL-M", "Ours-Intent-M", "Ours-PPL+Intent-M",
             "Ours-BiLSTM+Intent-M"} <= designs.keys()
+    assert all("Ours-CNN" in row for row in result["table5"].values())
     for name in ("Ours-Intent-M", "Ours-PPL+Intent-M", "Ours-BiLSTM+Intent-M"):
         assert any(c["check"].startswith(f"{name}: intent accuracy") for c in result["checks"])
     assert len(result["naive_line"]) == 11 and result["cloud_failures"] == 0

@@ -7,12 +7,11 @@ from pasu.device.bilstm_offramp import (
     LOGP_FLOOR,
     BiLstmNet,
     BiLstmOfframp,
-    TrainOptions,
-    parameter_count,
     token_features,
     train,
 )
 from pasu.device.decoding.search import Hypothesis
+from pasu.device.offramp_net import TrainOptions, parameter_count
 from pasu.device.routing import OfframpPolicy
 
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from pasu.device.bilstm_offramp import TrainOptions
+from pasu.device.offramp_net import TrainOptions
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture, intent_confidence
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
@@ -68,7 +68,7 @@ def test_calibrated_beside_the_other_offramps(small_reader, commands):
         samples.append(OfframpSample(f"u{i}", 1.0 + i % 3, SluResult(texts[i % 4], "alarm_set"), heard,
                                      4 if wrong else 0, 5, 0.1, 0.02, 1, features, features))
     offramp = IntentAgreementOfframp(IntentMixture(small_reader), lambda tokens: readings[tuple(tokens)])
-    _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), intent=offramp)
+    report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), intent=offramp).report
     assert report["intent"]["selectivity"]["roc_auc"] > 0.9  # it finds the utterances whose words disagree
     levels = report["intent"]["levels"]
     assert levels["L"]["threshold"] >= levels["M"]["threshold"] >= levels["H"]["threshold"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import soundfile as sf
+import torch
 from pasu.device.agent import AgentOptions, replay
 from pasu.device.offramp_data import (
     cache_key,
     collect,
+    encodings_path,
     load_or_collect,
     load_samples,
     save_samples,
@@ -32,6 +35,13 @@ def test_samples_hold_the_pilot_for_the_early_decision_and_the_full_decode_for_t
     assert long.early.ended is False or len(long.early.token_att) == len(long.early.tokens) + 1
     assert long.decision_at < long.local_latency  # decided at end of speech, before the full decode
     assert short.pilots == 0 and short.early == short.final  # no pilot: the agent judges the full decode
+    # the early hypothesis keeps the frames its search read (the CNN offramp's input): the last pilot's, a prefix
+    assert long.early.encoded.dtype == np.float16 and long.final.encoded is None
+    stream = tiny_model.open_stream()
+    stream.accept(sf.read(tmp_path / "u0.flac", dtype="float32")[0])
+    with torch.no_grad():
+        assert 0 < len(long.early.encoded) < stream.encode().size(0)
+    assert long.early.hypothesis().encoded.dtype == torch.float32
     assert short.decision_at <= short.local_latency + 1e-3
     audio = sf.read(tmp_path / "u0.flac", dtype="float32")[0]
     assert long.local.text == replay(tiny_model, audio, AgentOptions()).text
@@ -43,8 +53,12 @@ def test_the_cache_round_trips_and_is_ignored_for_another_key(tiny_model, speech
     key = cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", [u.id for u in utts], AgentOptions())
     samples = collect(tiny_model, utts)
     save_samples(tmp_path / "cache.jsonl", samples, key)
-    assert load_samples(tmp_path / "cache.jsonl", key) == samples
+    loaded = load_samples(tmp_path / "cache.jsonl", key)
+    assert loaded == samples
+    np.testing.assert_array_equal(loaded[0].early.encoded, samples[0].early.encoded)  # kept beside the JSONL
     assert load_samples(tmp_path / "cache.jsonl", {**key, "ids": ["other"]}) is None
     calls = []
     again = load_or_collect(tmp_path / "cache.jsonl", key, lambda: calls.append(1) or [])
     assert again == samples and not calls
+    encodings_path(tmp_path / "cache.jsonl").unlink()  # the key says it keeps encoder outputs: made again
+    assert load_samples(tmp_path / "cache.jsonl", key) is None

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from pasu.device.bilstm_offramp import TrainOptions
+from pasu.device.offramp_net import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
     CALIBRATION_VERSION,
@@ -17,7 +17,6 @@ from pasu.device.offramp_train import (
     either_thresholds,
     fit_offramps,
     load_offramps,
-    save_offramps,
     threshold,
     yardsticks,
 )
@@ -28,8 +27,9 @@ from pasu.metrics import SluResult
 import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 
 
-def split(n: int = 60, seed: int = 0) -> list[OfframpSample]:
-    """Half the utterances go wrong locally (4 of 5 words), and their hypotheses hold a run of unlikely tokens."""
+def split(n: int = 60, seed: int = 0, encoded: bool = False) -> list[OfframpSample]:
+    """Half the utterances go wrong locally (4 of 5 words), and their hypotheses hold a run of unlikely tokens
+    (`encoded`: and keep encoder outputs, louder where the utterance goes wrong)."""
     rng = np.random.default_rng(seed)
     samples = []
     for i in range(n):
@@ -38,7 +38,8 @@ def split(n: int = 60, seed: int = 0) -> list[OfframpSample]:
         att = -rng.exponential(0.2, length + 1)
         if bad:
             att[1:4] -= rng.uniform(2, 4, 3)
-        features = HypothesisFeatures(tuple(range(length)), tuple(att), tuple(att * 1.5), True)
+        frames = (rng.normal(0, 3 if bad else 0.3, (3 * length, 8))).astype(np.float16) if encoded else None
+        features = HypothesisFeatures(tuple(range(length)), tuple(att), tuple(att * 1.5), True, frames)
         ref = SluResult("set an alarm for seven", "alarm_set")
         local = SluResult("play some music now seven" if bad else ref.text, "play_music" if bad else "alarm_set")
         samples.append(OfframpSample(f"u{i}", 2.0, ref, local, 4 if bad else 0, 5, 0.1, 0.02, 1, features, features))
@@ -48,7 +49,9 @@ def split(n: int = 60, seed: int = 0) -> list[OfframpSample]:
 def test_training_and_calibration_on_a_small_split(tmp_path):
     options = OfframpTrainOptions(bilstm=TrainOptions(epochs=15), folds=3)
     cloud_edits = [0] * 60  # the cloud gets everything right
-    bilstm, report = fit_offramps(split(), options, cloud_edits)
+    trained = fit_offramps(split(), options, cloud_edits)
+    bilstm, report = trained.bilstm, trained.report
+    assert trained.cnn is None  # these replays kept no encoder outputs
     assert report["samples"] == 60 and report["bad_share"] == pytest.approx(0.5)
     assert report["bilstm"]["selectivity"]["roc_auc"] > 0.9  # out-of-fold: the network never saw these
     assert report["ppl"]["selectivity"]["roc_auc"] > 0.9
@@ -58,11 +61,25 @@ def test_training_and_calibration_on_a_small_split(tmp_path):
         for target, cal in report[name]["wer_targets"].items():
             assert cal is not None and cal["wer"] <= float(target) + 1e-9
             assert cal["offload_ratio"] <= 0.55  # a selective offramp offloads little more than the bad half
-    save_offramps(tmp_path / "offramp", bilstm, report)
-    loaded, loaded_report = load_offramps(tmp_path / "offramp")
-    assert threshold(loaded_report, "bilstm", "M") == threshold(report, "bilstm", "M")
+    trained.save(tmp_path / "offramp")
+    loaded = load_offramps(tmp_path / "offramp")
+    assert loaded.cnn is None and threshold(loaded.report, "bilstm", "M") == threshold(report, "bilstm", "M")
     held = [s.early.hypothesis() for s in split(6, seed=1)]
-    assert [loaded.score(h) for h in held] == pytest.approx([bilstm.score(h) for h in held])
+    assert [loaded.bilstm.score(h) for h in held] == pytest.approx([bilstm.score(h) for h in held])
+
+
+def test_the_cnn_is_fitted_and_calibrated_where_the_replays_kept_encoder_outputs(tmp_path):
+    options = OfframpTrainOptions(bilstm=TrainOptions(epochs=2), cnn=TrainOptions(epochs=15), folds=3)
+    trained = fit_offramps(split(encoded=True), options, [0] * 60)
+    cnn = trained.report["cnn"]
+    assert cnn["fitted_on"] == 60 and cnn["selectivity"]["roc_auc"] > 0.9  # out-of-fold
+    assert cnn["levels"]["M"]["offload_ratio"] == pytest.approx(0.47, abs=0.05)
+    assert all(cal is not None for cal in cnn["wer_targets"].values())
+    loaded = load_offramps(trained.save(tmp_path / "offramp"))
+    held = [s.early.hypothesis() for s in split(6, seed=1, encoded=True)]
+    assert [loaded.cnn.score(h) for h in held] == pytest.approx([trained.cnn.score(h) for h in held])
+    policy = OfframpPolicy(loaded.cnn, threshold(loaded.report, "cnn", "M"), name="Ours-CNN")
+    assert policy.decide(held[1], 2.0).offload and not policy.decide(held[0], 2.0).offload
 
 
 def test_loading_without_training_says_what_to_run(tmp_path):
@@ -73,7 +90,7 @@ def test_loading_without_training_says_what_to_run(tmp_path):
 def test_thresholds_are_in_the_policys_units(tmp_path):
     """The calibrated threshold, applied by the policy to the length-weighted score, gives the calibrated ratio."""
     samples = [dataclasses.replace(s, duration=1.0 + (i % 3)) for i, s in enumerate(split())]
-    bilstm, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=5), folds=3))
+    report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=5), folds=3)).report
     cal = report["ppl"]["levels"]["M"]
     policy = OfframpPolicy(PerplexityOfframp(), cal["threshold"])
     offloaded = [policy.decide(s.early.hypothesis(), s.duration).offload for s in samples]
@@ -81,9 +98,9 @@ def test_thresholds_are_in_the_policys_units(tmp_path):
 
 
 def test_a_report_from_before_length_weighting_is_refused(tmp_path):
-    bilstm, report = fit_offramps(split(), OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3))
-    report["calibration_version"] = 2  # the intent check's thresholds were per hypothesis
-    save_offramps(tmp_path / "offramp", bilstm, report)
+    trained = fit_offramps(split(), OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3))
+    trained.report["calibration_version"] = 2  # the intent check's thresholds were per hypothesis
+    trained.save(tmp_path / "offramp")
     with pytest.raises(ValueError, match="pasu offramp train"):
         load_offramps(tmp_path / "offramp")
 
@@ -93,7 +110,7 @@ def test_the_bilstm_can_learn_from_more_utterances_than_are_calibrated_on():
     everything = split(90, seed=2)
     calibration = everything[::3]
     options = OfframpTrainOptions(bilstm=TrainOptions(epochs=10), folds=3)
-    _, report = fit_offramps(calibration, options, [0] * 30, fit_samples=everything)
+    report = fit_offramps(calibration, options, [0] * 30, fit_samples=everything).report
     assert report["samples"] == 30 and report["bilstm"]["fitted_on"] == 90
     assert report["bilstm"]["levels"]["M"]["offload_ratio"] == pytest.approx(0.47, abs=0.04)
     assert report["bilstm"]["selectivity"]["roc_auc"] > 0.9
@@ -114,7 +131,7 @@ def test_yardsticks_price_random_and_oracle_offloading():
         assert list(table[oracle].values()) == pytest.approx([0.1, 0.2, 0.3, 0.4])
     longer = [dataclasses.replace(s, duration=3.0) if s.local_edits else s for s in samples]
     assert list(yardsticks(longer, [0] * 60)["length"].values()) == pytest.approx([0.1, 0.2, 0.3, 0.4])
-    _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60)
+    report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60).report
     assert report["yardsticks"] == table
 
 
@@ -124,7 +141,7 @@ def test_the_bilstm_label_bar_is_a_training_option():
     samples = [dataclasses.replace(s, local=near, local_edits=1) if i % 4 == 0 else s for i, s in enumerate(split())]
     shares = {}
     for bar in (0.1, 0.5):
-        _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2, bad_wer=bar), folds=3))
+        report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2, bad_wer=bar), folds=3)).report
         shares[bar] = report["bad_share"]
         assert report["bilstm"]["train"]["bad_wer"] == bar
     assert shares == {0.1: 0.75, 0.5: 0.5}
@@ -153,8 +170,8 @@ def test_words_or_intent_is_calibrated_as_the_union_of_both_checks():
     """The combined check's threshold at a level is both parts' own thresholds, scaled alike; applied as the
     agent's ppl+intent policy, it offloads what either part would, at the calibrated ratio."""
     samples = [dataclasses.replace(s, duration=1.0 + (i % 3)) for i, s in enumerate(split())]
-    _, report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60,
-                             intent=DoubtByLength())
+    report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60,
+                          intent=DoubtByLength()).report
     both = report["ppl_intent"]
     assert both["scales"] == {"ppl": threshold(report, "ppl", "M"), "intent": threshold(report, "intent", "M")}
     assert report["bilstm_intent"]["scales"]["bilstm"] == threshold(report, "bilstm", "M")

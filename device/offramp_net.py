@@ -1,0 +1,131 @@
+"""What the learned offramps share: a small network over a sequence (per-token scores, encoder frames) that
+predicts P(local WER above a bar), fitted on dev replays with class-balanced binary cross-entropy, scored
+through the `Offramp` protocol and saved as weights + a JSON config.
+
+Each offramp module brings its network (`forward(features (B, L, D) zero-padded, lengths (B,)) -> logits
+(B,)`), its config dataclass and how it reads a hypothesis (`features`); the rest is here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pasu.device.decoding.search import Hypothesis
+from pasu.device.offramp_data import BAD_WER
+from torch import nn
+
+SCORE_BATCH = 256  # sequences per forward pass when scoring many (calibration, benchmarks)
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How a learned offramp is fitted on dev replays."""
+
+    epochs: int = 60  # passes over the training samples
+    batch_size: int = 32  # samples per step
+    learning_rate: float = 3e-3  # Adam
+    weight_decay: float = 1e-4  # Adam's L2 term: dev splits are small
+    seed: int = 0  # initialization and shuffling
+    # The label: local WER above this is "wrong". The paper's 0.1 splits its dev set usefully; for a device whose
+    # WER is far above it nearly every utterance is "wrong", and a higher bar ranks better (`pasu offramp train`
+    # prints how well a perfect classifier of the label would do).
+    bad_wer: float = BAD_WER
+
+
+def parameter_count(net: nn.Module) -> int:
+    return sum(p.numel() for p in net.parameters())
+
+
+def pad_batch(sequences: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L, D) zero-padded float32 features and the (B,) lengths."""
+    lengths = torch.tensor([len(s) for s in sequences])
+    padded = nn.utils.rnn.pad_sequence([torch.from_numpy(np.asarray(s, np.float32)) for s in sequences],
+                                       batch_first=True)
+    return padded, lengths
+
+
+def fit(net: nn.Module, sequences: Sequence[np.ndarray], labels: np.ndarray, options: TrainOptions) -> nn.Module:
+    """`net` trained in place (and returned, in eval mode); class-balanced, as bad local results may be rare or
+    common."""
+    if len(sequences) != len(labels) or not len(sequences):
+        raise ValueError(f"need aligned, non-empty data ({len(sequences)} sequences, {len(labels)} labels)")
+    rng = random.Random(options.seed)
+    optimizer = torch.optim.Adam(net.parameters(), lr=options.learning_rate, weight_decay=options.weight_decay)
+    positives = float(labels.sum())
+    pos_weight = torch.tensor((len(labels) - positives) / positives if 0 < positives < len(labels) else 1.0)
+    loss_fn = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    order = list(range(len(sequences)))
+    net.train()
+    for _ in range(options.epochs):
+        rng.shuffle(order)
+        for start in range(0, len(order), options.batch_size):
+            idx = order[start:start + options.batch_size]
+            padded, lengths = pad_batch([sequences[i] for i in idx])
+            loss = loss_fn(net(padded, lengths), torch.from_numpy(np.asarray(labels[idx], np.float32)))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return net.eval()
+
+
+class LearnedOfframp:
+    """Offramp: P(local WER above the training bar) of a hypothesis under a trained network."""
+
+    weights_file: ClassVar[str]
+    config_file: ClassVar[str]
+    net_class: ClassVar[type[nn.Module]]  # built from one config_class instance
+    config_class: ClassVar[type]
+
+    def __init__(self, net: nn.Module):
+        self.net = net.eval()
+
+    @staticmethod
+    def features(hypothesis: Hypothesis) -> np.ndarray:
+        """(L, D) what the network reads of a hypothesis."""
+        raise NotImplementedError
+
+    def score(self, hypothesis: Hypothesis) -> float:
+        return float(self.probabilities([self.features(hypothesis)])[0])
+
+    @torch.no_grad()
+    def probabilities(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+        """Scores of many feature sequences at once (benchmarks, calibration)."""
+        out = [torch.sigmoid(self.net(*pad_batch(sequences[i:i + SCORE_BATCH]))).numpy()
+               for i in range(0, len(sequences), SCORE_BATCH)]
+        return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.net.state_dict(), folder / self.weights_file)
+        (folder / self.config_file).write_text(json.dumps(asdict(self.net.config), indent=2))
+        return folder
+
+    @classmethod
+    def exists(cls, folder: str | Path) -> bool:
+        return (Path(folder) / cls.weights_file).is_file()
+
+    @classmethod
+    def load(cls, folder: str | Path) -> LearnedOfframp:
+        folder = Path(folder)
+        net = cls.net_class(cls.config_class(**json.loads((folder / cls.config_file).read_text())))
+        net.load_state_dict(torch.load(folder / cls.weights_file, map_location="cpu", weights_only=True))
+        return cls(net)
+
+    @classmethod
+    def train(cls, sequences: Sequence[np.ndarray], labels: np.ndarray, options: TrainOptions = TrainOptions(),
+              config: Any = None) -> LearnedOfframp:
+        """Fitted on `sequences`; `config`: the network's shape (None: config_class's defaults)."""
+        torch.manual_seed(options.seed)
+        net = cls.net_class(config if config is not None else cls.config_class())
+        return cls(fit(net, sequences, labels, options))
+
+
+Fitter = Callable[[Sequence[np.ndarray], np.ndarray], LearnedOfframp]  # (sequences, labels) -> fitted offramp
