@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from pasu.settings import shipped_model
 
+# routing.PolicyName's values, written out: importing routing here would load torch for every `pasu` command
+POLICIES = ("on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent")
+
 if TYPE_CHECKING:
     from pasu.device.cloud_client import CloudClient
     from pasu.device.config import DeviceConfig
@@ -63,15 +66,16 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--cloud", default=None,
                      help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
     run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
-    run.add_argument("--policy", choices=("on-device", "all", "ppl", "intent", "ppl+intent"), default=None,
-                     help="offloading policy when there is a cloud (routing.policy; default ppl+intent; intent and "
-                          "ppl+intent read routing.intent_threshold)")
+    run.add_argument("--policy", choices=POLICIES, default=None,
+                     help="offloading policy when there is a cloud (routing.policy; default ppl+intent; the ones "
+                          "with intent read routing.intent_threshold)")
     run.add_argument("--threshold", type=float, default=None,
-                     help="last pilot perplexity x speech seconds above which ppl and ppl+intent offload "
+                     help="the word check's score x speech seconds above which ppl, bilstm and their +intent "
+                          "policies offload: the last pilot's perplexity, or the BiLSTM's P(local WER > 0.1) "
                           "(routing.threshold; default: the model's calibrated Offload-M, MODEL/offramp)")
     run.add_argument("--intent-threshold", type=float, default=None,
-                     help="last pilot intent doubt x speech seconds above which intent and ppl+intent offload "
-                          "(routing.intent_threshold; default: the model's calibrated Offload-M)")
+                     help="last pilot intent doubt x speech seconds above which intent and the +intent policies "
+                          "offload (routing.intent_threshold; default: the model's calibrated Offload-M)")
     run.add_argument("--lm", default=None,
                      help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
     run.add_argument("--lm-weight", type=float, default=None,

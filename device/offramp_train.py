@@ -261,9 +261,10 @@ def intent_offramp(model: DeviceModel) -> IntentAgreementOfframp:
 def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path) -> Policy:
     """`routing`'s policy for a model from `load_device_model` whose offramps are in `folder` (MODEL/offramp):
     thresholds left unset at the calibrated Offload-M (`calibrated_routing`); the policies with the intent check
-    read the model's intent reader (FileNotFoundError without one)."""
+    read the model's intent reader, the bilstm ones its BiLSTM (FileNotFoundError without them)."""
     routing = calibrated_routing(routing, folder)
-    return routing.make_policy(intent_offramp(model) if routing.reads_intent else None)
+    bilstm = BiLstmOfframp.load(folder) if routing.word_check == "bilstm" else None
+    return routing.make_policy(intent_offramp(model) if routing.reads_intent else None, bilstm)
 
 
 def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOptions:
@@ -278,11 +279,12 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
         report = load_thresholds(folder)
     except FileNotFoundError:
         return routing
-    if routing.policy == "ppl+intent" and "ppl_intent" in report:
-        parts = either_thresholds(report, "ppl_intent", "M")  # the pair that offloads Offload-M's share together
+    pair = routing.policy.replace("+", "_")  # ppl+intent -> the report's ppl_intent
+    if "+" in routing.policy and pair in report:
+        parts = either_thresholds(report, pair, "M")  # the pair that offloads Offload-M's share together
     else:  # one check, or a report without the combined one: each part at its own Offload-M
         parts = {name: threshold(report, name, "M") for name in routing.policy.split("+") if name in report}
-    calibrated = {"threshold": parts.get("ppl"), "intent_threshold": parts.get("intent")}
+    calibrated = {"threshold": parts.get(routing.word_check), "intent_threshold": parts.get("intent")}
     return replace(routing, **{name: calibrated[name] for name in routing.unset_thresholds
                                if calibrated[name] is not None})
 

@@ -141,7 +141,8 @@ class OfframpPolicy:
         return Decision(score > self.threshold, score, f"{self.name} score {score:.3g} {verdict} {self.threshold:.3g}")
 
 
-PolicyName = Literal["on-device", "all", "ppl", "intent", "ppl+intent"]
+PolicyName = Literal["on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent"]
+WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM"}  # the offramps a policy may read for word errors
 
 
 @dataclass(frozen=True)
@@ -149,12 +150,14 @@ class RoutingOptions:
     """Whether and where `pasu device run` offloads (the `routing` section of device/agent.yaml)."""
 
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
-    # with a cloud: on-device (never offload), all (always), ppl (above threshold), intent (above intent_threshold),
-    # ppl+intent (above either: at Offload-M it offloads less than ppl alone and loses less intent accuracy against
-    # offloading everything; the latest `pasu bench hybrid` numbers are in README.md)
+    # with a cloud: on-device (never offload), all (always), ppl or bilstm (the word check above threshold), intent
+    # (above intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they offload less than the
+    # word check alone and lose less intent accuracy against offloading everything; the latest `pasu bench hybrid`
+    # numbers are in README.md)
     policy: PolicyName = "ppl+intent"
-    # ppl and ppl+intent: the last pilot's perplexity times the speech's seconds above which the utterance is
-    # offloaded; None: the model's calibrated Offload-M for the policy (`calibrated_routing`, MODEL/offramp)
+    # the word check's score times the speech's seconds above which the utterance is offloaded: the last pilot's
+    # perplexity (ppl, ppl+intent) or the BiLSTM's P(local WER > 0.1) (bilstm, bilstm+intent); None: the model's
+    # calibrated Offload-M for the policy (`calibrated_routing`, MODEL/offramp)
     threshold: float | None = None
     # intent and ppl+intent: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp) times the
     # speech's seconds above which the utterance is offloaded; None: the model's calibrated Offload-M, as above
@@ -164,21 +167,33 @@ class RoutingOptions:
     # uplinks; costs a little accuracy and tens of ms of encoding)
     encoding: Encoding = "pcm16"
 
-    def make_policy(self, intent: Offramp | None = None) -> Policy:
-        """The policy object `policy` names; `intent`: the model's intent-agreement offramp, for the
-        policies that read it."""
+    def make_policy(self, intent: Offramp | None = None, bilstm: Offramp | None = None) -> Policy:
+        """The policy object `policy` names; `intent`: the model's intent-agreement offramp, `bilstm`: its BiLSTM
+        offramp, for the policies that read them."""
         if self.policy in ("on-device", "all"):
             return AllOffload() if self.policy == "all" else OnDevice()
         self._check_thresholds()
-        if self.policy == "ppl":
-            return OfframpPolicy(PerplexityOfframp(), self.threshold)
+        words = self._word_offramp(bilstm)
+        if self.policy in WORD_CHECKS:
+            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy])
         if intent is None:
             raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
                              "`pasu offramp train`)")
         if self.policy == "intent":
             return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
-        both = EitherOfframp(((PerplexityOfframp(), self.threshold), (intent, self.intent_threshold)))
-        return OfframpPolicy(both, 1.0, "Ours-PPL+Intent")
+        both = EitherOfframp(((words, self.threshold), (intent, self.intent_threshold)))
+        return OfframpPolicy(both, 1.0, f"{WORD_CHECKS[self.word_check]}+Intent")
+
+    def _word_offramp(self, bilstm: Offramp | None) -> Offramp | None:
+        if self.word_check == "bilstm" and bilstm is None:
+            raise ValueError(f"the {self.policy} policy needs the model's BiLSTM offramp (MODEL/offramp: "
+                             "`pasu offramp train`)")
+        return {"ppl": PerplexityOfframp(), "bilstm": bilstm}.get(self.word_check)
+
+    @property
+    def word_check(self) -> str | None:
+        """The word-error offramp the named policy reads ("ppl", "bilstm"), or None."""
+        return next((part for part in self.policy.split("+") if part in WORD_CHECKS), None)
 
     def _check_thresholds(self) -> None:
         """ValueError naming each threshold the policy reads that is still unset."""
@@ -189,13 +204,13 @@ class RoutingOptions:
     @property
     def unset_thresholds(self) -> list[str]:
         """The threshold fields the named policy compares with that are still None."""
-        read = {"threshold": self.policy in ("ppl", "ppl+intent"), "intent_threshold": self.reads_intent}
+        read = {"threshold": self.word_check is not None, "intent_threshold": self.reads_intent}
         return [name for name, used in read.items() if used and getattr(self, name) is None]
 
     @property
     def reads_intent(self) -> bool:
         """Whether the named policy needs the model's intent reader."""
-        return self.policy in ("intent", "ppl+intent")
+        return "intent" in self.policy.split("+")
 
     def with_policy_threshold(self, value: float) -> RoutingOptions:
         """These options with the named policy's threshold set to `value`."""

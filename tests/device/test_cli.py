@@ -134,6 +134,35 @@ def test_thresholds_default_to_the_models_calibration(parser, tmp_path, capsys, 
     assert (route(-1.0), route(9e9)) == ("fallback", "local")
 
 
+def test_the_bilstm_policy_reads_the_models_bilstm(parser, tmp_path, capsys, cloud_support, speech_like):
+    import json
+
+    import numpy as np
+    import soundfile
+    from pasu.device import bilstm_offramp
+    from pasu.device.offramp_net import TrainOptions
+
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
+
+    def run(threshold: float) -> int:  # nothing listens on port 9: an offload falls back
+        args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
+                                  "--cloud", "127.0.0.1:9", "--policy", "bilstm", "--threshold", str(threshold),
+                                  "--json"])
+        return args.run(args)
+
+    def route(threshold: float) -> str:
+        assert run(threshold) == 0
+        return json.loads(capsys.readouterr().out)["route"]
+
+    assert run(0.5) == 2  # no `pasu offramp train` output in the model folder yet
+    assert "pasu offramp train" in capsys.readouterr().err
+    sequences = [np.full((3, 2), -0.1 * i, np.float32) for i in range(4)]
+    bilstm_offramp.train(sequences, np.array([0, 0, 1, 1], np.float32), TrainOptions(epochs=1)).save(model / "offramp")
+    # scores lie in [0, 1] x 2.5 s: above -1 always (offload, then fall back), above 3 never (local)
+    assert (route(-1.0), route(3.0)) == ("fallback", "local")
+
+
 def test_lm_flags(parser):
     config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--lm", "some/lm",
                                                  "--lm-weight", "0.2"]))

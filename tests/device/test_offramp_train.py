@@ -210,6 +210,12 @@ def test_unset_thresholds_are_the_models_calibrated_offload_m(tmp_path):
     assert (both.threshold, both.intent_threshold) == (1.5 * 1.9, 1.5 * 0.3)
     mixed = calibrated_routing(RoutingOptions(threshold=5.0), tmp_path)
     assert (mixed.threshold, mixed.intent_threshold) == (5.0, 1.5 * 0.3)
+    report["bilstm"] = support.offramp_levels(0.9, 0.6, 0.4)  # the BiLSTM's thresholds are in its own units
+    report["bilstm_intent"] = {"scales": {"bilstm": 0.6, "intent": 0.3}, **support.offramp_levels(2.0, 1.4, 1.0)}
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    assert calibrated_routing(RoutingOptions(policy="bilstm"), tmp_path).threshold == 0.6
+    pair = calibrated_routing(RoutingOptions(policy="bilstm+intent"), tmp_path)
+    assert (pair.threshold, pair.intent_threshold) == (1.4 * 0.6, 1.4 * 0.3)
 
 
 def test_an_uncalibrated_model_needs_its_thresholds_set(tmp_path):

@@ -78,6 +78,30 @@ class FixedDoubt:
         return self.doubt
 
 
+def test_the_bilstm_policies_read_the_models_bilstm():
+    """The paper's learned offramp as the agent's word check, alone or beside the intent check."""
+    with pytest.raises(ValueError, match="BiLSTM offramp"):
+        RoutingOptions(policy="bilstm", threshold=1.2).make_policy()
+    words = RoutingOptions(policy="bilstm", threshold=1.2).make_policy(bilstm=FixedDoubt(0.5))
+    pilot = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
+    assert words.name == "Ours-BiLSTM" and words.decide(pilot, 3.0).offload and not words.decide(pilot, 2.0).offload
+    routing = RoutingOptions(policy="bilstm+intent", threshold=1.2, intent_threshold=1.0)
+    assert routing.word_check == "bilstm" and routing.reads_intent
+    both = routing.make_policy(FixedDoubt(0.4), bilstm=FixedDoubt(0.3))
+    assert both.name == "Ours-BiLSTM+Intent"
+    assert both.decide(pilot, 3.0).offload and not both.decide(pilot, 2.0).offload  # the intent check: 1.2 > 1.0
+    assert RoutingOptions(policy="bilstm+intent").unset_thresholds == ["threshold", "intent_threshold"]
+
+
+def test_the_cli_offers_every_policy():
+    from typing import get_args
+
+    from pasu.device.cli import POLICIES
+    from pasu.device.routing import PolicyName
+
+    assert POLICIES == get_args(PolicyName)
+
+
 def test_the_ppl_and_intent_policy_offloads_when_either_check_fires():
     """Right words under a doubtful intent, or a sure intent over doubtful words: both go to the cloud."""
     routing = RoutingOptions(policy="ppl+intent", threshold=2 * math.e, intent_threshold=1.0)
