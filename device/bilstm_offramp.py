@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.offramp_data import BAD_WER, HypothesisFeatures, OfframpSample
+from pasu.device.offramp_data import HypothesisFeatures
 from pasu.device.offramp_net import LearnedOfframp, TrainOptions
 from torch import nn
 
@@ -64,12 +64,6 @@ class BiLstmOfframp(LearnedOfframp):
     net_class = BiLstmNet
     config_class = BiLstmConfig
     features = staticmethod(token_features)
-
-
-def training_set(samples: Sequence[OfframpSample], bad_wer: float = BAD_WER) -> tuple[list[np.ndarray], np.ndarray]:
-    """Features of the hypotheses the early decision judged, and the labels (1: local WER > `bad_wer`)."""
-    kept = [s for s in samples if s.early is not None]
-    return [token_features(s.early) for s in kept], np.array([float(s.bad(bad_wer)) for s in kept], dtype=np.float32)
 
 
 def train(sequences: Sequence[np.ndarray], labels: np.ndarray, options: TrainOptions = TrainOptions(),

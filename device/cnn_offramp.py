@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.offramp_data import BAD_WER, HypothesisFeatures, OfframpSample
+from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_net import LearnedOfframp, TrainOptions
 from torch import nn
 
@@ -87,12 +87,6 @@ class CnnOfframp(LearnedOfframp):
     net_class = CnnNet
     config_class = CnnConfig
     features = staticmethod(encoder_features)
-
-
-def training_set(samples: Sequence[OfframpSample], bad_wer: float = BAD_WER) -> tuple[list[np.ndarray], np.ndarray]:
-    """Encoder outputs of the hypotheses the early decision judged, and the labels (1: local WER > `bad_wer`)."""
-    kept = [s for s in samples if s.early is not None]
-    return [encoder_features(s.early) for s in kept], np.array([float(s.bad(bad_wer)) for s in kept], np.float32)
 
 
 def has_encodings(samples: Sequence[OfframpSample]) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.offramp_data import BAD_WER
+from pasu.device.offramp_data import BAD_WER, HypothesisFeatures, OfframpSample
 from torch import nn
 
 SCORE_BATCH = 256  # sequences per forward pass when scoring many (calibration, benchmarks)
@@ -87,9 +87,16 @@ class LearnedOfframp:
         self.net = net.eval()
 
     @staticmethod
-    def features(hypothesis: Hypothesis) -> np.ndarray:
+    def features(hypothesis: Hypothesis | HypothesisFeatures) -> np.ndarray:
         """(L, D) what the network reads of a hypothesis."""
         raise NotImplementedError
+
+    @classmethod
+    def training_set(cls, samples: Sequence[OfframpSample],
+                     bad_wer: float = BAD_WER) -> tuple[list[np.ndarray], np.ndarray]:
+        """Features of the hypotheses the early decision judged, and the labels (1: local WER > `bad_wer`)."""
+        kept = [s for s in samples if s.early is not None]
+        return [cls.features(s.early) for s in kept], np.array([float(s.bad(bad_wer)) for s in kept], np.float32)
 
     def score(self, hypothesis: Hypothesis) -> float:
         return float(self.probabilities([self.features(hypothesis)])[0])

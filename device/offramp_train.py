@@ -150,7 +150,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
     fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
     bad_wer = options.bilstm.bad_wer
-    sequences, labels = bilstm_offramp.training_set(fit, bad_wer)
+    sequences, labels = BiLstmOfframp.training_set(fit, bad_wer)
     oof = calibration_scores(out_of_fold_scores(sequences, labels, options), fit, kept)
     bilstm = bilstm_offramp.train(sequences, labels, options.bilstm)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
@@ -188,7 +188,7 @@ def _fit_cnn(fit: Sequence[OfframpSample], kept: Sequence[OfframpSample], option
              calibrated: Callable[[str, np.ndarray], dict[str, Any]]) -> tuple[CnnOfframp, dict[str, Any]]:
     """The CNN over encoder output, fitted and calibrated as the BiLSTM is (same label, out-of-fold scores)."""
     train_options = replace(options.cnn, bad_wer=options.bilstm.bad_wer)
-    sequences, labels = cnn_offramp.training_set(fit, train_options.bad_wer)
+    sequences, labels = CnnOfframp.training_set(fit, train_options.bad_wer)
     fitter = lambda x, y: cnn_offramp.train(x, y, train_options)
     oof = calibration_scores(out_of_fold_scores(sequences, labels, options, fitter), fit, kept)
     cnn = cnn_offramp.train(sequences, labels, train_options)

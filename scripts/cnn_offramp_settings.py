@@ -46,7 +46,7 @@ def main() -> None:
         raise SystemExit(f"{folder} has no replays with encoder outputs: run `pasu offramp train {args.model} --fit-all "
                          "--limit 300 --cloud-model ...` first")
     cloud_edits = json.loads((folder / "cloud-dev.json").read_text())["edits"]
-    sequences, labels = cnn_offramp.training_set(fit)
+    sequences, labels = CnnOfframp.training_set(fit)
     seconds = np.array([s.duration for s in kept])
     naive = yardsticks(kept, cloud_edits)["NaiveHybrid"]  # {WER target: NaiveHybrid's offload ratio}
     options = OfframpTrainOptions()
