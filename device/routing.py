@@ -159,8 +159,9 @@ class RoutingOptions:
     # perplexity (ppl, ppl+intent) or the BiLSTM's P(local WER > 0.1) (bilstm, bilstm+intent); None: the model's
     # calibrated Offload-M for the policy (`calibrated_routing`, MODEL/offramp)
     threshold: float | None = None
-    # intent and ppl+intent: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp) times the
-    # speech's seconds above which the utterance is offloaded; None: the model's calibrated Offload-M, as above
+    # intent and the +intent policies: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp)
+    # times the speech's seconds above which the utterance is offloaded; None: the model's calibrated Offload-M,
+    # as above
     intent_threshold: float | None = None
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
     # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/4: for slow
