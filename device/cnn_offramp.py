@@ -4,9 +4,11 @@ output the last pilot searched, pooled over time, then two linear layers, predic
 The per-token scores the PPL and BiLSTM offramps read say how sure the decoder was of the words it chose; the
 encoder output also shows what the audio was like (noise, an unclear stretch) where the decoder stayed sure.
 The paper's CNN has 192.5 M parameters over a much larger encoder; fitted on ~2k dev replays here, a network of
-that size would only memorize them, so this one reduces the encoder's frames to 32 channels first (~28k
+that size would only memorize them, so this one reduces the encoder's frames to 32 channels first (29,281
 parameters for a 144-dim encoder). It reads the pilot's encoder output, which the pilot search already holds
-(`Hypothesis.encoded`), so it decides at the same moment as the other early offramps.
+(`Hypothesis.encoded`), so it decides at the same moment as the other early offramps. With the shipped device it
+ranked dev's calibration utterances better than the BiLSTM and `test`'s no better (its card,
+models/shipped/device/offramp/README.md): the bench prices it, the agent's policies do not use it.
 """
 
 from __future__ import annotations
