@@ -82,31 +82,48 @@ def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_su
     assert result["route"] == "local" and result["pilots"] > 0
 
 
-def test_the_intent_policy_reads_the_models_intent_reader(parser, tmp_path, capsys, cloud_support, speech_like):
+def fit_intent_reader(folder):
+    from pasu.models.intent_reader import IntentReader, ReaderOptions
+
+    IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],
+                     ReaderOptions(min_df=1)).save(folder)
+
+
+def fit_bilstm(folder):
+    import numpy as np
+    from pasu.device import bilstm_offramp
+    from pasu.device.offramp_net import TrainOptions
+
+    sequences = [np.full((3, 2), -0.1 * i, np.float32) for i in range(4)]
+    bilstm_offramp.train(sequences, np.array([0, 0, 1, 1], np.float32), TrainOptions(epochs=1)).save(folder)
+
+
+@pytest.mark.parametrize("policy, threshold_flag, fit", [("intent", "--intent-threshold", fit_intent_reader),
+                                                         ("bilstm", "--threshold", fit_bilstm)])
+def test_a_policy_reads_its_offramp_from_the_model(parser, tmp_path, capsys, cloud_support, speech_like, policy,
+                                                   threshold_flag, fit):
+    """Without `pasu offramp train`'s output the policy stops and says what to run; with it, it routes by the
+    threshold."""
     import json
 
     import soundfile
-    from pasu.models.intent_reader import IntentReader, ReaderOptions
 
     model = cloud_support.write_model_folder(tmp_path / "model")
     soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
 
-    def run(intent_threshold: float) -> int:
-        (tmp_path / "agent.yaml").write_text(  # nothing listens on port 9: an offload falls back
-            "agent: {cloud_deadline_s: 0.3}\n"
-            f"routing: {{cloud: ['127.0.0.1:9'], policy: intent, intent_threshold: {intent_threshold}}}\n")
+    def run(threshold: float) -> int:  # nothing listens on port 9: an offload falls back
         args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
-                                  "--config", str(tmp_path / "agent.yaml"), "--json"])
+                                  "--cloud", "127.0.0.1:9", "--policy", policy, threshold_flag, str(threshold),
+                                  "--json"])
         return args.run(args)
 
-    def route(intent_threshold: float) -> str:
-        assert run(intent_threshold) == 0
+    def route(threshold: float) -> str:
+        assert run(threshold) == 0
         return json.loads(capsys.readouterr().out)["route"]
 
     assert run(0.5) == 2  # no `pasu offramp train` output in the model folder yet
     assert "pasu offramp train" in capsys.readouterr().err
-    IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],
-                     ReaderOptions(min_df=1)).save(model / "offramp")
+    fit(model / "offramp")
     # scores lie in [0, 1] x 2.5 s: above -1 always (offload, then fall back), above 3 never (local)
     assert (route(-1.0), route(3.0)) == ("fallback", "local")
 
@@ -132,35 +149,6 @@ def test_thresholds_default_to_the_models_calibration(parser, tmp_path, capsys, 
         return json.loads(capsys.readouterr().out)["route"]
 
     assert (route(-1.0), route(9e9)) == ("fallback", "local")
-
-
-def test_the_bilstm_policy_reads_the_models_bilstm(parser, tmp_path, capsys, cloud_support, speech_like):
-    import json
-
-    import numpy as np
-    import soundfile
-    from pasu.device import bilstm_offramp
-    from pasu.device.offramp_net import TrainOptions
-
-    model = cloud_support.write_model_folder(tmp_path / "model")
-    soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
-
-    def run(threshold: float) -> int:  # nothing listens on port 9: an offload falls back
-        args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
-                                  "--cloud", "127.0.0.1:9", "--policy", "bilstm", "--threshold", str(threshold),
-                                  "--json"])
-        return args.run(args)
-
-    def route(threshold: float) -> str:
-        assert run(threshold) == 0
-        return json.loads(capsys.readouterr().out)["route"]
-
-    assert run(0.5) == 2  # no `pasu offramp train` output in the model folder yet
-    assert "pasu offramp train" in capsys.readouterr().err
-    sequences = [np.full((3, 2), -0.1 * i, np.float32) for i in range(4)]
-    bilstm_offramp.train(sequences, np.array([0, 0, 1, 1], np.float32), TrainOptions(epochs=1)).save(model / "offramp")
-    # scores lie in [0, 1] x 2.5 s: above -1 always (offload, then fall back), above 3 never (local)
-    assert (route(-1.0), route(3.0)) == ("fallback", "local")
 
 
 def test_lm_flags(parser):
