@@ -1,4 +1,5 @@
-"""pasu offramp train's cloud decode: cached per cloud weights and utterances, since it is the slow part."""
+"""`pasu offramp train`: end to end on a tiny model and corpus; its cloud decode, cached per cloud weights and
+utterances since it is the slow part; its printed tables."""
 
 from __future__ import annotations
 
@@ -56,3 +57,25 @@ def test_a_combined_offramps_thresholds_are_also_printed_as_its_parts():
     lines = threshold_lines(report)
     assert lines[1] == "  Offload-M: threshold 3 -> offload 47.0%"
     assert lines[3] == "  Offload-M: threshold 1.5 (ppl > 4.5 or intent > 0.375) -> offload 47.0%"
+
+
+def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, capsys):
+    """From a packaged model and a corpus to MODEL/offramp: the intent reader, the BiLSTM, the CNN over the
+    pilots' encoder outputs and their calibration; a second run reads the replays it cached."""
+    from pasu.cli import build_parser
+    from pasu.device.offramp_train import load_offramps
+    from pasu.models.data import write_synthetic_corpus
+
+    model = support.write_model_folder(tmp_path / "model")
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=8, n_dev=6)
+    args = build_parser().parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2"])
+    assert args.run(args) == 0
+    printed = capsys.readouterr().out
+    assert "cnn: " in printed and "Offload-M" in printed
+    trained = load_offramps(model / "offramp")
+    assert trained.cnn is not None and trained.report["cnn"]["fitted_on"] == 6
+    assert {"ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent"} <= trained.report.keys()
+    assert (model / "offramp" / "replays-dev.encoded.npz").is_file()
+    stamp = (model / "offramp" / "replays-dev.jsonl").stat().st_mtime_ns
+    assert args.run(args) == 0  # the same model and utterances: replays from the cache
+    assert (model / "offramp" / "replays-dev.jsonl").stat().st_mtime_ns == stamp
