@@ -32,7 +32,7 @@ from pasu.device.calibration import (
 from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
-from pasu.device.offramp_net import Fitter, TrainOptions, parameter_count
+from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions, parameter_count
 from pasu.device.routing import EitherOfframp, PerplexityOfframp, weigh_by_length
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -86,10 +86,8 @@ class TrainedOfframps:
 
 
 def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options: OfframpTrainOptions,
-                       fitter: Fitter | None = None) -> np.ndarray:
-    """Scores of each sample from a network that never saw it; `fitter`: how a network is fitted (default: the
-    BiLSTM with options.bilstm)."""
-    fitter = fitter or (lambda x, y: bilstm_offramp.train(x, y, options.bilstm))
+                       fitter: Fitter) -> np.ndarray:
+    """Scores of each sample from a network (`fitter(sequences, labels)`) that never saw it."""
     minority = int(min(labels.sum(), len(labels) - labels.sum()))
     folds = min(options.folds, len(labels))
     if folds < 2:
@@ -150,9 +148,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
     fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
     bad_wer = options.bilstm.bad_wer
-    sequences, labels = BiLstmOfframp.training_set(fit, bad_wer)
-    oof = calibration_scores(out_of_fold_scores(sequences, labels, options), fit, kept)
-    bilstm = bilstm_offramp.train(sequences, labels, options.bilstm)
+    bilstm, oof = _fit_learned(BiLstmOfframp, bilstm_offramp.train, options.bilstm, fit, kept, options)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
     def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
@@ -162,15 +158,16 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     report = {
         "samples": len(kept), "bad_share": float(np.mean([s.bad(bad_wer) for s in kept])),
         "calibration_version": CALIBRATION_VERSION,
-        "bilstm": {"parameters": parameter_count(bilstm.net), "train": asdict(options.bilstm), "fitted_on": len(fit),
-                   **calibrated("BiLSTM", oof)},
+        "bilstm": {**_network_facts(bilstm, options.bilstm, fit), **calibrated("BiLSTM", oof)},
         "ppl": calibrated("PPL", ppl),
         # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
         "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, late=True)),
     }
     cnn = None
-    if cnn_offramp.has_encodings(fit):
-        cnn, report["cnn"] = _fit_cnn(fit, kept, options, calibrated)
+    if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
+        cnn_options = replace(options.cnn, bad_wer=bad_wer)
+        cnn, cnn_oof = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
+        report["cnn"] = {**_network_facts(cnn, cnn_options, fit), **calibrated("CNN", cnn_oof)}
     if intent is not None:
         doubt = intent_scores(intent, kept)
         report["intent"] = calibrated("Intent agreement", doubt)
@@ -184,16 +181,20 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     return TrainedOfframps(bilstm, report, cnn)
 
 
-def _fit_cnn(fit: Sequence[OfframpSample], kept: Sequence[OfframpSample], options: OfframpTrainOptions,
-             calibrated: Callable[[str, np.ndarray], dict[str, Any]]) -> tuple[CnnOfframp, dict[str, Any]]:
-    """The CNN over encoder output, fitted and calibrated as the BiLSTM is (same label, out-of-fold scores)."""
-    train_options = replace(options.cnn, bad_wer=options.bilstm.bad_wer)
-    sequences, labels = CnnOfframp.training_set(fit, train_options.bad_wer)
-    fitter = lambda x, y: cnn_offramp.train(x, y, train_options)
+def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp], train_options: TrainOptions,
+                 fit: Sequence[OfframpSample], kept: Sequence[OfframpSample],
+                 options: OfframpTrainOptions) -> tuple[LearnedOfframp, np.ndarray]:
+    """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample, and
+    the out-of-fold scores of the `kept` ones, where its thresholds are placed."""
+    sequences, labels = kind.training_set(fit, train_options.bad_wer)
+    fitter = lambda x, y: train(x, y, train_options)
     oof = calibration_scores(out_of_fold_scores(sequences, labels, options, fitter), fit, kept)
-    cnn = cnn_offramp.train(sequences, labels, train_options)
-    return cnn, {"parameters": parameter_count(cnn.net), "train": asdict(train_options), "fitted_on": len(fit),
-                 **calibrated("CNN", oof)}
+    return train(sequences, labels, train_options), oof
+
+
+def _network_facts(offramp: LearnedOfframp, train_options: TrainOptions,
+                   fit: Sequence[OfframpSample]) -> dict[str, Any]:
+    return {"parameters": parameter_count(offramp.net), "train": asdict(train_options), "fitted_on": len(fit)}
 
 
 def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],
