@@ -74,8 +74,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                           "policies offload: the last pilot's perplexity, or the BiLSTM's P(local WER > 0.1) "
                           "(routing.threshold; default: the model's calibrated Offload-M, MODEL/offramp)")
     run.add_argument("--intent-threshold", type=float, default=None,
-                     help="last pilot intent doubt x speech seconds above which intent and the +intent policies "
-                          "offload (routing.intent_threshold; default: the model's calibrated Offload-M)")
+                     help="the intent check's P(the device's intent is wrong) for the last pilot (not weighed by "
+                          "length) above which intent and the +intent policies offload (routing.intent_threshold; "
+                          "default: the model's calibrated Offload-M)")
     run.add_argument("--lm", default=None,
                      help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
     run.add_argument("--lm-weight", type=float, default=None,

@@ -66,7 +66,7 @@ def run_train(args: argparse.Namespace) -> int:
         OfframpTrainOptions,
         answer_intent_accuracy,
         fit_offramps,
-        intent_offramp,
+        intent_evidence,
         load_device_model,
     )
 
@@ -88,7 +88,7 @@ def run_train(args: argparse.Namespace) -> int:
     if args.fit_all:  # more examples for the network; the cloud still decodes only the calibration subset
         everything = load_split(args.corpus, args.split)
         fit_samples = collect_split(model, args.corpus, args.split, everything, out / f"replays-{args.split}-all.jsonl")
-    trained = fit_offramps(samples, options, cloud_edits, intent_offramp(model), fit_samples)
+    trained = fit_offramps(samples, options, cloud_edits, intent_evidence(model), fit_samples)
     report = trained.report
     report["answers"] = answer_intent_accuracy(fit_samples or samples, model.read)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
@@ -113,6 +113,8 @@ def threshold_lines(report: dict) -> list[str]:
     lines = []
     for name in (n for n in OFFRAMPS if n in report):
         lines.append(f"{name}: {json.dumps(report[name]['selectivity'])}")
+        if "selectivity_intent" in report[name]:  # the intent check, of the device's intent errors
+            lines.append(f"  of intent errors: {json.dumps(report[name]['selectivity_intent'])}")
         for level, cal in report[name]["levels"].items():
             parts = ""
             if "scales" in report[name]:

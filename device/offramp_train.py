@@ -29,26 +29,29 @@ from pasu.device.calibration import (
     selectivity,
     wer_targets,
 )
-from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
+from pasu.device.intent_offramp import IntentErrorModel, IntentEvidence, IntentMixture, IntentOfframp
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions, parameter_count
-from pasu.device.routing import EitherOfframp, PerplexityOfframp, weigh_by_length
+from pasu.device.routing import EitherPolicy, PerplexityOfframp, weigh_by_length
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
 
 if TYPE_CHECKING:
+    from pasu.device.decoding.search import Hypothesis
     from pasu.device.routing import Policy, RoutingOptions
     from pasu.device.runtime import DeviceModel
 
 log = logging.getLogger(__name__)
+Evidence = Callable[["Hypothesis"], np.ndarray]  # a hypothesis -> what the intent check reads (IntentEvidence)
 
 OFFRAMP_DIR = "offramp"  # inside the packaged model folder
 THRESHOLDS = "offramp.json"
 # Units of the thresholds in offramp.json; older reports are refused, as their thresholds would mean something
 # else to the policy. 1: per hypothesis; 2: PPL and BiLSTM weighed by speech seconds; 3: the intent check too;
-# 4: the intent check judges the decoder/reader mixture (intent_offramp.IntentMixture), and replays answer with it.
-CALIBRATION_VERSION = 4
+# 4: the intent check judges the decoder/reader mixture (intent_offramp.IntentMixture), and replays answer with it;
+# 5: the intent check is a fitted P(intent wrong) (intent_offramp.IntentOfframp), not weighed by length.
+CALIBRATION_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,14 @@ class TrainedOfframps:
     bilstm: BiLstmOfframp
     report: dict[str, Any]  # offramp.json: thresholds, selectivity, training facts
     cnn: CnnOfframp | None = None  # None: the replays kept no encoder outputs (or a folder from before the CNN)
+    intent: IntentErrorModel | None = None  # the intent check's model; None: fitted without the intent reader
 
     def save(self, folder: str | Path) -> Path:
-        """bilstm.pt + bilstm.json, cnn.pt + cnn.json (the networks) and offramp.json."""
+        """bilstm.pt + bilstm.json, cnn.pt + cnn.json (the networks), intent_errors.json and offramp.json."""
         folder = self.bilstm.save(folder)
-        if self.cnn is not None:
-            self.cnn.save(folder)
+        for part in (self.cnn, self.intent):
+            if part is not None:
+                part.save(folder)
         (folder / THRESHOLDS).write_text(json.dumps(self.report, indent=2))
         return folder
 
@@ -131,18 +136,13 @@ def answer_intent_accuracy(samples: Sequence[OfframpSample], read: Callable[[Seq
             "decoder": float(np.mean(decoder))}
 
 
-def intent_scores(offramp: IntentAgreementOfframp, samples: Sequence[OfframpSample]) -> np.ndarray:
-    """Intent-agreement scores of each sample's early hypothesis; inf when there is none."""
-    return np.array([offramp.score(s.early.hypothesis()) if s.early else np.inf for s in samples])
-
-
 def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions = OfframpTrainOptions(),
-                 cloud_edits: Sequence[int] | None = None, intent: IntentAgreementOfframp | None = None,
+                 cloud_edits: Sequence[int] | None = None, intent: Evidence | None = None,
                  fit_samples: Sequence[OfframpSample] | None = None) -> TrainedOfframps:
     """The BiLSTM (and, when the replays kept their encoder outputs, the CNN) fitted on `fit_samples` (default:
     `samples`; it must include them), and the report with the offramps' thresholds calibrated on `samples`
-    (with `intent`, the intent-agreement offramp's too, and those of PPL or BiLSTM combined with it); every
-    score is weighed by the speech's length."""
+    (with `intent`, the device's intent evidence (`intent_evidence`), the intent check fitted and calibrated
+    too, and PPL or BiLSTM combined with it); the word checks' scores are weighed by the speech's length."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
@@ -168,17 +168,37 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         cnn_options = replace(options.cnn, bad_wer=bad_wer)
         cnn, cnn_oof = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
         report["cnn"] = {**_network_facts(cnn, cnn_options, fit), **calibrated("CNN", cnn_oof)}
-    if intent is not None:
-        doubt = intent_scores(intent, kept)
-        report["intent"] = calibrated("Intent agreement", doubt)
-        # words or intent: each check at its own Offload-M threshold counts as 1 (routing.EitherOfframp)
+    intent_model = None
+    if intent is not None and len({s.local.intent == s.reference.intent for s in fit}) < 2:
+        # nothing to tell apart (an untrained model, a tiny split): the other offramps are still worth saving
+        log.warning("intent check not fitted: the device's intent is right on all or on none of %d replays", len(fit))
+        report["intent_skipped"] = "the device's intent was right on all or on none of the replays"
+    elif intent is not None:
+        intent_model, doubt = _fit_intent(intent, fit, kept)
+        wrong = [s.local.intent != s.reference.intent for s in kept]
+        report["intent"] = {"evidence": list(intent_model.names), "fitted_on": len(fit),
+                            "selectivity_intent": selectivity(doubt, wrong),  # how it ranks the intent errors
+                            **calibrate("Intent", doubt, kept, options.levels, cloud_edits, bad_wer)}
+        # words or intent: each check at its own Offload-M threshold counts as 1 (routing.EitherPolicy)
         for words, scores in (("ppl", ppl), ("bilstm", oof)):
             scales = {words: threshold(report, words, "M"), "intent": threshold(report, "intent", "M")}
-            either = EitherOfframp.combine([scores, doubt], list(scales.values()))
-            report[f"{words}_intent"] = {"scales": scales, **calibrated(f"{words} or intent", either)}
+            either = EitherPolicy.combine([weigh_by_length(scores, seconds), doubt], list(scales.values()))
+            report[f"{words}_intent"] = {"scales": scales, **calibrate(f"{words} or intent", either, kept,
+                                                                       options.levels, cloud_edits, bad_wer)}
     if cloud_edits is not None:
         report["yardsticks"] = yardsticks(kept, cloud_edits, bad_wer)
-    return TrainedOfframps(bilstm, report, cnn)
+    return TrainedOfframps(bilstm, report, cnn, intent_model)
+
+
+def _fit_intent(evidence: Evidence, fit: Sequence[OfframpSample],
+                kept: Sequence[OfframpSample]) -> tuple[IntentErrorModel, np.ndarray]:
+    """The intent check's model fitted on every `fit` sample to tell the device's wrong intents, and its scores
+    of the `kept` ones, where its thresholds are placed. Its own scores, not out-of-fold ones as the networks':
+    nine weights fitted on a split's replays are hardly over-confident on them (on the shipped model's 2,033 dev
+    replays the out-of-fold and the fitted scores put Offload-M's threshold within a hundredth)."""
+    wrong = np.array([s.local.intent != s.reference.intent for s in fit], float)
+    model = IntentErrorModel.fit([evidence(s.early.hypothesis()) for s in fit], wrong)
+    return model, model.probabilities([evidence(s.early.hypothesis()) for s in kept])
 
 
 def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp], train_options: TrainOptions,
@@ -236,7 +256,8 @@ def load_offramps(folder: str | Path) -> TrainedOfframps:
     folder = Path(folder)
     report = load_thresholds(folder)
     cnn = CnnOfframp.load(folder) if CnnOfframp.exists(folder) else None
-    return TrainedOfframps(BiLstmOfframp.load(folder), report, cnn)
+    intent = IntentErrorModel.load(folder) if IntentErrorModel.exists(folder) else None
+    return TrainedOfframps(BiLstmOfframp.load(folder), report, cnn, intent)
 
 
 def load_device_model(folder: str | Path, offramp_folder: str | Path | None = None) -> DeviceModel:
@@ -251,12 +272,21 @@ def load_device_model(folder: str | Path, offramp_folder: str | Path | None = No
     return model
 
 
-def intent_offramp(model: DeviceModel) -> IntentAgreementOfframp:
-    """The intent offramp of a model with its intent reader attached (FileNotFoundError without one)."""
+def intent_evidence(model: DeviceModel) -> IntentEvidence:
+    """What a model with its intent reader attached shows about its intent (FileNotFoundError without one)."""
     if model.intent_mixture is None:
         raise FileNotFoundError(f"{model.model_id} has no intent reader (MODEL/{OFFRAMP_DIR}/{READER_FILES[0]}: "
                                 "`pasu offramp train`)")
-    return IntentAgreementOfframp(model.intent_mixture, model.read)
+    return IntentEvidence(model.intent_mixture, model.read)
+
+
+def intent_offramp(model: DeviceModel, folder: str | Path) -> IntentOfframp:
+    """The intent check of a model from `load_device_model` whose offramps are in `folder` (MODEL/offramp;
+    FileNotFoundError without its reader or its fitted model)."""
+    evidence = intent_evidence(model)
+    if not IntentErrorModel.exists(folder):
+        raise FileNotFoundError(f"{folder}: no {IntentErrorModel.FILE}; run `pasu offramp train` first")
+    return IntentOfframp(evidence, IntentErrorModel.load(folder))
 
 
 def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path) -> Policy:
@@ -265,7 +295,7 @@ def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path
     read the model's intent reader, the bilstm ones its BiLSTM (FileNotFoundError without them)."""
     routing = calibrated_routing(routing, folder)
     bilstm = BiLstmOfframp.load(folder) if routing.word_check == "bilstm" else None
-    return routing.make_policy(intent_offramp(model) if routing.reads_intent else None, bilstm)
+    return routing.make_policy(intent_offramp(model, folder) if routing.reads_intent else None, bilstm)
 
 
 def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOptions:

@@ -6,6 +6,7 @@ pay off), or, for the late-decision baseline, from the full local decode's. Offr
 
 The offramp policy weighs the score by the speech's length (`weigh_by_length`): a WER target is a corpus WER,
 edits summed over utterances, and a long utterance the device gets wrong carries more of them than a short one.
+The intent check is the exception (`intent_policy`): intent accuracy counts utterances.
 Per hypothesis, as the paper scores, even a perfect estimate of each utterance's WER would need 0.57-0.80x
 NaiveHybrid's offloading at the bench's WER targets (150 test utterances), a perfect count of its edits
 0.23-0.50x; the measured offramps, per token and weighed, are in the README's Table 5.
@@ -57,26 +58,6 @@ class PerplexityOfframp:
         if not logps:
             return math.inf
         return math.exp(-sum(logps) / len(logps))
-
-
-@dataclass(frozen=True)
-class EitherOfframp:
-    """The larger of several offramps' scores, each divided by its own scale: with the scales set to the parts'
-    thresholds and the policy's threshold to 1, the policy offloads when any part would.
-
-    Words and intent go wrong apart: a perplexity check keeps right words under a wrong intent, the intent check
-    wrong words under a right intent. A device answering both needs both checks.
-    """
-
-    parts: tuple[tuple[Offramp, float], ...]  # (offramp, the score that counts as 1): its own threshold
-
-    def score(self, hypothesis: Hypothesis) -> float:
-        return float(self.combine([o.score(hypothesis) for o, _ in self.parts], [scale for _, scale in self.parts]))
-
-    @staticmethod
-    def combine(scores: Sequence[ScoreLike], scales: Sequence[float]) -> ScoreLike:
-        """The parts' scores (one each, or arrays of many) as the combined offramp scores them."""
-        return functools.reduce(np.maximum, (np.divide(s, scale) for s, scale in zip(scores, scales)))
 
 
 def weigh_by_length(score: ScoreLike, speech_seconds: ScoreLike) -> ScoreLike:
@@ -134,11 +115,53 @@ class OfframpPolicy:
         return weigh_by_length(score, speech_seconds) if self.length_weighted else score
 
     def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
-        if hypothesis is None:
-            return Decision(True, None, "no hypothesis to judge")
-        score = self.score(hypothesis, speech_seconds)
-        verdict = ">" if score > self.threshold else "<="
-        return Decision(score > self.threshold, score, f"{self.name} score {score:.3g} {verdict} {self.threshold:.3g}")
+        return decide_by_score(self, hypothesis, speech_seconds)
+
+
+@dataclass(frozen=True)
+class EitherPolicy:
+    """Offload when any part would: each part's score over its own threshold, the largest against `threshold`
+    (1: exactly the parts' own decisions; calibration moves the parts' thresholds together by it).
+
+    Words and intent go wrong apart: a perplexity check keeps right words under a wrong intent, the intent check
+    wrong words under a right intent. A device answering both needs both checks, each scored as it ranks best
+    (the word check weighed by the speech's length, the intent check not).
+    """
+
+    parts: tuple[OfframpPolicy, ...]  # each at the threshold that counts as 1
+    threshold: float = 1.0
+    name: str = "Ours-PPL+Intent"
+    after_decode: bool = False
+
+    def score(self, hypothesis: Hypothesis, speech_seconds: float) -> float:
+        """What is compared with the threshold."""
+        return max(part.score(hypothesis, speech_seconds) / part.threshold for part in self.parts)
+
+    def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
+        return decide_by_score(self, hypothesis, speech_seconds)
+
+    @staticmethod
+    def combine(scores: Sequence[ScoreLike], scales: Sequence[float]) -> ScoreLike:
+        """The parts' scores (one each, or arrays of many; as their policies score them) combined as `score`
+        combines them at these part thresholds."""
+        return functools.reduce(np.maximum, (np.divide(s, scale) for s, scale in zip(scores, scales)))
+
+
+def decide_by_score(policy: OfframpPolicy | EitherPolicy, hypothesis: Hypothesis | None,
+                    speech_seconds: float) -> Decision:
+    """Offload when the policy's score exceeds its threshold; with nothing to judge, offload."""
+    if hypothesis is None:
+        return Decision(True, None, "no hypothesis to judge")
+    score = policy.score(hypothesis, speech_seconds)
+    verdict = ">" if score > policy.threshold else "<="
+    return Decision(score > policy.threshold, score,
+                    f"{policy.name} score {score:.3g} {verdict} {policy.threshold:.3g}")
+
+
+def intent_policy(offramp: Offramp, threshold: float, name: str = "Ours-Intent") -> OfframpPolicy:
+    """The intent check as a policy: its P(intent wrong) as it is, since intent accuracy counts utterances, not
+    words (weighed by length it offloads long right commands before short wrong ones)."""
+    return OfframpPolicy(offramp, threshold, name, length_weighted=False)
 
 
 PolicyName = Literal["on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent"]
@@ -159,9 +182,9 @@ class RoutingOptions:
     # perplexity (ppl, ppl+intent) or the BiLSTM's P(local WER > 0.1) (bilstm, bilstm+intent); None: the model's
     # calibrated Offload-M for the policy (`calibrated_routing`, MODEL/offramp)
     threshold: float | None = None
-    # intent and the +intent policies: the last pilot's intent doubt (intent_offramp.IntentAgreementOfframp)
-    # times the speech's seconds above which the utterance is offloaded; None: the model's calibrated Offload-M,
-    # as above
+    # intent and the +intent policies: the intent offramp's P(the device's intent is wrong) for the last pilot
+    # (intent_offramp.IntentOfframp; not weighed by length) above which the utterance is offloaded; None: the
+    # model's calibrated Offload-M, as above
     intent_threshold: float | None = None
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
     # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/4: for slow
@@ -181,9 +204,10 @@ class RoutingOptions:
             raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
                              "`pasu offramp train`)")
         if self.policy == "intent":
-            return OfframpPolicy(intent, self.intent_threshold, "Ours-Intent")
-        both = EitherOfframp(((words, self.threshold), (intent, self.intent_threshold)))
-        return OfframpPolicy(both, 1.0, f"{WORD_CHECKS[self.word_check]}+Intent")
+            return intent_policy(intent, self.intent_threshold)
+        name = WORD_CHECKS[self.word_check]
+        parts = (OfframpPolicy(words, self.threshold, name), intent_policy(intent, self.intent_threshold))
+        return EitherPolicy(parts, name=f"{name}+Intent")
 
     def _word_offramp(self, bilstm: Offramp | None) -> Offramp | None:
         if self.word_check == "bilstm" and bilstm is None:

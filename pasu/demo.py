@@ -35,9 +35,9 @@ class DemoOptions:
     utterances: int = 8  # sample commands to run
     hard_every: int = 2  # every n-th utterance gets heavy noise (0 dB SNR): the ones to offload
     voice: str = "espeak:en-us"  # TTS voice of the samples (pasu.corpus.tts voice id)
-    # the offramp: "ppl+intent" (the last pilot's perplexity or its intent doubt, whichever fires: at Offload-M
-    # in `pasu bench hybrid` the intent check's intent accuracy with about the perplexity's WER), "intent" or
-    # "ppl"; a model without an intent reader (MODEL/offramp) falls back to ppl
+    # the offramp: "ppl+intent" (the last pilot's perplexity or the intent check, whichever fires: at Offload-M
+    # in `pasu bench hybrid` about the intent check's intent accuracy with less WER), "intent" or "ppl"; a model
+    # without the intent check (MODEL/offramp: its reader and intent_errors.json) falls back to ppl
     policy: str = "ppl+intent"
     # the perplexity's score times the speech's seconds above which the device offloads (routing.threshold; for
     # "intent", routing.intent_threshold); None: the model's calibrated Offload-M (MODEL/offramp/offramp.json,
@@ -178,7 +178,7 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 # ---- the device ------------------------------------------------------------------------------------------
 def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Policy:
     """The policy the demo plays: `options.policy` at its threshold (default: the model's calibrated Offload-M);
-    perplexity when the model has no intent reader."""
+    perplexity when the model has no intent check (its reader and model, MODEL/offramp)."""
     from pasu.device.offramp_train import OFFRAMP_DIR, model_policy
     from pasu.device.routing import RoutingOptions
 
@@ -191,7 +191,7 @@ def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Po
     try:
         return policy(options.policy)
     except FileNotFoundError:  # only the policies with the intent check read a file
-        print("note: the model has no intent reader (`pasu offramp train`); offloading by perplexity",
+        print("note: the model has no intent check (`pasu offramp train`); offloading by perplexity",
               file=sys.stderr)
         return policy("ppl")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from pasu.device.offramp_train import CALIBRATION_VERSION
 
@@ -11,7 +12,7 @@ from pasu.device.offramp_train import CALIBRATION_VERSION
 def test_the_demo_plays_the_intent_check_when_the_model_has_its_reader(tmp_path, capsys):
     from pasu.demo import DemoOptions, demo_policy
     from pasu.models.intent_reader import IntentReader, ReaderOptions
-    from pasu.device.intent_offramp import IntentMixture
+    from pasu.device.intent_offramp import INTENT_EVIDENCE, IntentErrorModel, IntentMixture
     from pasu.device.routing import PerplexityOfframp
     from pasu.device.runtime import DeviceModel
 
@@ -27,10 +28,12 @@ def test_the_demo_plays_the_intent_check_when_the_model_has_its_reader(tmp_path,
     (tmp_path / "offramp" / "offramp.json").write_text(json.dumps(report))
     without_reader = demo_policy(model, tmp_path, DemoOptions())
     assert isinstance(without_reader.offramp, PerplexityOfframp)  # no intent reader: perplexity, at its Offload-M
-    assert without_reader.threshold == 3.0 and "no intent reader" in capsys.readouterr().err
+    assert without_reader.threshold == 3.0 and "no intent check" in capsys.readouterr().err
     reader = IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],
                               ReaderOptions(min_df=1))
     reader.save(tmp_path / "offramp")
+    rows = np.random.default_rng(0).uniform(size=(8, len(INTENT_EVIDENCE)))
+    IntentErrorModel.fit(rows, np.array([0, 1] * 4)).save(tmp_path / "offramp")  # the intent check's model
     model.intent_mixture = IntentMixture(reader)  # what load_device_model attaches from MODEL/offramp
     report["intent"] = support.offramp_levels(1.7, 0.9, 0.4)
     (tmp_path / "offramp" / "offramp.json").write_text(json.dumps(report))

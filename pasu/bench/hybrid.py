@@ -23,6 +23,7 @@ import torch
 
 from pasu.bench.hybrid_eval import (
     CloudCall,
+    EitherScorer,
     Outcome,
     Scorer,
     edit_totals,
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     offramps = load_offramps(offramp_folder)
     report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
-    intent = intent_offramp(model) if "intent" in report else None
+    intent = intent_offramp(model, offramp_folder) if "intent" in report else None
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
@@ -158,7 +159,7 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     encoder-output offramp, priced where the report calibrated it."""
     from pasu.device.offramp_data import BAD_WER
     from pasu.device.offramp_train import threshold, yardsticks
-    from pasu.device.routing import AllOffload, EitherOfframp, OnDevice, PerplexityOfframp
+    from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
 
     ppl = PerplexityOfframp()
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
@@ -168,13 +169,14 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
                "ppl_late": Scorer("Late-PPL", ppl, late=True)}
     if cnn is not None and "cnn" in report:
         scorers["cnn"] = Scorer("Ours-CNN", cnn)
-    if intent is not None:
-        scorers["intent"] = Scorer("Ours-Intent", intent)
-        for words, offramp, name in (("ppl", ppl, "Ours-PPL+Intent"), ("bilstm", bilstm, "Ours-BiLSTM+Intent")):
+    if intent is not None:  # P(intent wrong) as it is, as the agent's policies take it (routing.intent_policy)
+        scorers["intent"] = Scorer("Ours-Intent", intent, length_weighted=False)
+        for words in ("ppl", "bilstm"):
             key = f"{words}_intent"
             if key in report:  # offramp.json files from before the combined checks have none
                 scales = report[key]["scales"]
-                scorers[key] = Scorer(name, EitherOfframp(((offramp, scales[words]), (intent, scales["intent"]))))
+                parts = ((scorers[words], scales[words]), (scorers["intent"], scales["intent"]))
+                scorers[key] = EitherScorer(f"{scorers[words].name}+Intent", parts)
     for level in ("L", "M", "H"):
         for key, scorer in scorers.items():
             t = threshold(report, key, level)

@@ -27,7 +27,7 @@ from pasu.device.calibration import (
 )
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.offramp_data import OfframpSample
-from pasu.device.routing import Offramp, OfframpPolicy, Policy
+from pasu.device.routing import EitherPolicy, Offramp, OfframpPolicy, Policy
 from pasu.metrics import LatencyStats, SluResult, evaluate_slu, mean_rtf, word_edits
 
 
@@ -148,7 +148,20 @@ class Scorer:
         return OfframpPolicy(self.offramp, threshold, self.name, self.late, self.length_weighted)
 
 
-def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers: Sequence[Scorer],
+@dataclass(frozen=True)
+class EitherScorer:
+    """Scorers combined as the agent's pair policies combine them (routing.EitherPolicy): each part at its
+    scale counts as 1, the threshold moves them together."""
+
+    name: str  # row label, e.g. "Ours-PPL+Intent"
+    parts: tuple[tuple[Scorer, float], ...]  # (scorer, its threshold at which it counts as 1)
+    late: bool = False
+
+    def policy(self, threshold: float) -> EitherPolicy:
+        return EitherPolicy(tuple(scorer.policy(scale) for scorer, scale in self.parts), threshold, self.name)
+
+
+def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers: Sequence[Scorer | EitherScorer],
            on_device: Outcome, all_offload: Outcome, count: int = 4) -> dict[str, dict[str, Outcome | None]]:
     """{WER target: {design: outcome}}: for each target between device and cloud WER, each design's least
     offloading that meets it, thresholds tuned on these utterances as the paper's Table 5 (None: unreachable)."""

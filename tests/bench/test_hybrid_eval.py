@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from pasu.device.offramp_net import TrainOptions
-from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture
+from pasu.device.intent_offramp import IntentEvidence, IntentMixture, IntentOfframp
 from pasu.models.intent_reader import IntentReader, ReaderOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample, collect
 from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
@@ -81,11 +81,12 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     assert proxies["5g"]["stats"]["bytes_up"] < proxies["wifi"]["stats"]["bytes_up"] / 3  # noise compresses least
     reader = IntentReader.fit([REF.text, WRONG.text, "set an alarm", "play some music"],
                               [REF.intent, WRONG.intent, REF.intent, WRONG.intent], ReaderOptions(min_df=1))
-    intent = IntentAgreementOfframp(IntentMixture(reader), device.read)
+    evidence = IntentEvidence(IntentMixture(reader), device.read)
     width = samples[0].early.encoded.shape[1]  # the replays keep the pilots' encoder outputs for the CNN
     trained = fit_offramps([sample(i, i % 2 == 0, width) for i in range(12)],
                            OfframpTrainOptions(bilstm=TrainOptions(epochs=2), cnn=TrainOptions(epochs=2), folds=2),
-                           intent=intent)
+                           intent=evidence)
+    intent = IntentOfframp(evidence, trained.intent)
     result = evaluate_profile(samples, calls["wifi"], trained.bilstm, trained.report, intent, trained.cnn)
     designs = {d["design"]: d for d in result["designs"]}
     assert designs["Ours-NoOffload"]["offload_ratio"] == 0.0 and designs["AllOffload"]["offload_ratio"] == 1.0

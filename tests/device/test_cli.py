@@ -82,11 +82,16 @@ def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_su
     assert result["route"] == "local" and result["pilots"] > 0
 
 
-def fit_intent_reader(folder):
+def fit_intent_check(folder):
+    """The intent reader and the model of the intent check over its evidence, as `pasu offramp train` writes."""
+    import numpy as np
+    from pasu.device.intent_offramp import INTENT_EVIDENCE, IntentErrorModel
     from pasu.models.intent_reader import IntentReader, ReaderOptions
 
     IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],
                      ReaderOptions(min_df=1)).save(folder)
+    rows = np.random.default_rng(0).uniform(size=(8, len(INTENT_EVIDENCE)))
+    IntentErrorModel.fit(rows, np.array([0, 1] * 4)).save(folder)
 
 
 def fit_bilstm(folder):
@@ -98,7 +103,7 @@ def fit_bilstm(folder):
     bilstm_offramp.train(sequences, np.array([0, 0, 1, 1], np.float32), TrainOptions(epochs=1)).save(folder)
 
 
-@pytest.mark.parametrize("policy, threshold_flag, fit", [("intent", "--intent-threshold", fit_intent_reader),
+@pytest.mark.parametrize("policy, threshold_flag, fit", [("intent", "--intent-threshold", fit_intent_check),
                                                          ("bilstm", "--threshold", fit_bilstm)])
 def test_a_policy_reads_its_offramp_from_the_model(parser, tmp_path, capsys, cloud_support, speech_like, policy,
                                                    threshold_flag, fit):
@@ -124,7 +129,7 @@ def test_a_policy_reads_its_offramp_from_the_model(parser, tmp_path, capsys, clo
     assert run(0.5) == 2  # no `pasu offramp train` output in the model folder yet
     assert "pasu offramp train" in capsys.readouterr().err
     fit(model / "offramp")
-    # scores lie in [0, 1] x 2.5 s: above -1 always (offload, then fall back), above 3 never (local)
+    # scores lie in [0, 1] (the BiLSTM's x 2.5 s): above -1 always (offload, then fall back), above 3 never (local)
     assert (route(-1.0), route(3.0)) == ("fallback", "local")
 
 

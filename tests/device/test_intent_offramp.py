@@ -8,10 +8,18 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
+from sklearn.metrics import roc_auc_score
 
 from pasu.device.offramp_net import TrainOptions
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.intent_offramp import IntentAgreementOfframp, IntentMixture, intent_confidence
+from pasu.device.intent_offramp import (
+    INTENT_EVIDENCE,
+    IntentErrorModel,
+    IntentEvidence,
+    IntentMixture,
+    IntentOfframp,
+    intent_confidence,
+)
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
 from pasu.device.routing import OfframpPolicy
@@ -44,33 +52,56 @@ def test_the_decoders_confidence_is_its_intent_tokens_probability():
     assert intent_confidence(Hypothesis((), 0.0, True)) == 0.0
 
 
-def test_words_that_read_as_another_command_score_higher(small_reader):
+def test_words_that_read_as_another_command_raise_the_doubt(small_reader):
     # the device model's reading of its tokens, here a table: tokens (1, ...) mean "alarm_set" + these words
     readings = {(1, 2): SluResult("set an alarm for six", "alarm_set"), (1, 3): SluResult("play some jazz", "alarm_set")}
-    offramp = IntentAgreementOfframp(IntentMixture(small_reader), lambda tokens: readings[tuple(tokens)])
-    agreeing = offramp.score(hypothesis((1, 2), 0.6))
-    contradicting = offramp.score(hypothesis((1, 3), 0.6))
-    assert 0.0 <= agreeing < 0.2 < contradicting <= 0.5  # the decoder's 0.6 still holds its intent up
-    assert offramp.score(hypothesis((1, 3), 0.05)) < contradicting  # the words alone are sure: little doubt
-    decision = OfframpPolicy(offramp, 0.3, length_weighted=False).decide(hypothesis((1, 3), 0.6), 2.0)
+    evidence = IntentEvidence(IntentMixture(small_reader), lambda tokens: readings[tuple(tokens)])
+    agreeing, contradicting = evidence(hypothesis((1, 2), 0.6)), evidence(hypothesis((1, 3), 0.6))
+    assert len(agreeing) == len(INTENT_EVIDENCE) and INTENT_EVIDENCE[0] == "doubt"
+    assert 0.0 <= agreeing[0] < 0.2 < contradicting[0] <= 0.5  # the decoder's 0.6 still holds its intent up
+    assert evidence(hypothesis((1, 3), 0.05))[0] < contradicting[0]  # the words alone are sure: little doubt
+    column = dict(zip(INTENT_EVIDENCE, zip(agreeing, contradicting)))
+    assert column["agree"] == (1.0, 0.0) and column["decoder_confidence"] == pytest.approx((0.6, 0.6))
+    assert column["entropy"][0] < column["entropy"][1] and column["tokens"] == (2, 2)
+
+
+def test_the_intent_offramp_learns_which_evidence_marks_a_wrong_intent(tmp_path):
+    rng = np.random.default_rng(0)
+    doubt = rng.uniform(0, 1, 400)
+    rows = np.column_stack([doubt, rng.normal(size=400)])  # the second column is noise
+    wrong = (doubt + rng.normal(0, 0.15, 400) > 0.6).astype(float)
+    model = IntentErrorModel.fit(rows[:300], wrong[:300])
+    held = model.probabilities(rows[300:])
+    assert roc_auc_score(wrong[300:], held) > 0.9 and abs(model.coef[0]) > 5 * abs(model.coef[1])
+    loaded = IntentErrorModel.load(model.save(tmp_path))
+    assert loaded.names == ("evidence0", "evidence1") and np.allclose(loaded.probabilities(rows), model.probabilities(rows))
+    assert json.loads((tmp_path / IntentErrorModel.FILE).read_text())["names"] == ["evidence0", "evidence1"]
+    with pytest.raises(ValueError, match="right and with wrong"):
+        IntentErrorModel.fit(rows, np.zeros(400))
+    offramp = IntentOfframp(lambda h: np.array([1.0 - math.exp(h.token_att[0]), 0.0]), model)
+    decision = OfframpPolicy(offramp, 0.5, length_weighted=False).decide(hypothesis((1, 3), 0.1), 2.0)
     assert json.loads(json.dumps(asdict(decision)))["offload"] is True  # timelines and results are JSON
 
 
 def test_calibrated_beside_the_other_offramps(small_reader, commands):
-    """Its thresholds sit in the same report, for the same offload levels, on scores weighed by length."""
+    """Its thresholds sit in the same report, for the same offload levels, on its scores as they are."""
     texts = list(commands)
     samples, readings = [], {}
     for i in range(30):
-        wrong = i % 2 == 1  # the pilot says alarm_set, its words say otherwise
+        wrong = i % 2 == 1  # the pilot says alarm_set, its words say otherwise, and its answer is wrong
         heard = SluResult(texts[(4 + i) % 8] if wrong else texts[i % 4], "alarm_set")
         readings[(i,)] = heard
         features = HypothesisFeatures((i,), (-0.5, -0.5), (-0.5, -0.5), True)
-        samples.append(OfframpSample(f"u{i}", 1.0 + i % 3, SluResult(texts[i % 4], "alarm_set"), heard,
+        answer = SluResult(heard.text, "play_music" if wrong else "alarm_set")
+        samples.append(OfframpSample(f"u{i}", 1.0 + i % 3, SluResult(texts[i % 4], "alarm_set"), answer,
                                      4 if wrong else 0, 5, 0.1, 0.02, 1, features, features))
-    offramp = IntentAgreementOfframp(IntentMixture(small_reader), lambda tokens: readings[tuple(tokens)])
-    report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), intent=offramp).report
-    assert report["intent"]["selectivity"]["roc_auc"] > 0.9  # it finds the utterances whose words disagree
+    evidence = IntentEvidence(IntentMixture(small_reader), lambda tokens: readings[tuple(tokens)])
+    trained = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), intent=evidence)
+    report = trained.report
+    assert report["intent"]["selectivity_intent"]["roc_auc"] > 0.9  # it finds the answers whose words disagree
+    assert report["intent"]["evidence"] == list(INTENT_EVIDENCE)
     levels = report["intent"]["levels"]
     assert levels["L"]["threshold"] >= levels["M"]["threshold"] >= levels["H"]["threshold"]
-    scores = np.array([offramp.score(s.early.hypothesis()) * s.duration for s in samples])
+    offramp = IntentOfframp(evidence, trained.intent)
+    scores = np.array([offramp.score(s.early.hypothesis()) for s in samples])
     assert np.mean(scores > levels["M"]["threshold"]) == pytest.approx(levels["M"]["offload_ratio"])

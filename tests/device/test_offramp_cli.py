@@ -60,8 +60,8 @@ def test_a_combined_offramps_thresholds_are_also_printed_as_its_parts():
 
 
 def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, capsys):
-    """From a packaged model and a corpus to MODEL/offramp: the intent reader, the BiLSTM, the CNN over the
-    pilots' encoder outputs and their calibration; a second run reads the replays it cached."""
+    """From a packaged model and a corpus to MODEL/offramp: the intent reader and the intent check's model, the
+    BiLSTM, the CNN over the pilots' encoder outputs and their calibration; a second run reads the replays it cached."""
     from pasu.cli import build_parser
     from pasu.device.offramp_train import load_offramps
     from pasu.models.data import write_synthetic_corpus
@@ -75,6 +75,7 @@ def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, cap
     trained = load_offramps(model / "offramp")
     assert trained.cnn is not None and trained.report["cnn"]["fitted_on"] == 6
     assert {"ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent"} <= trained.report.keys()
+    assert trained.intent is not None and trained.report["intent"]["fitted_on"] == 6  # the intent check's model
     assert (model / "offramp" / "replays-dev.encoded.npz").is_file()
     stamp = (model / "offramp" / "replays-dev.jsonl").stat().st_mtime_ns
     assert args.run(args) == 0  # the same model and utterances: replays from the cache

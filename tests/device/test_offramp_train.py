@@ -20,7 +20,8 @@ from pasu.device.offramp_train import (
     threshold,
     yardsticks,
 )
-from pasu.device.routing import OfframpPolicy, PerplexityOfframp, RoutingOptions
+from pasu.device.intent_offramp import IntentOfframp
+from pasu.device.routing import OfframpPolicy, PerplexityOfframp, RoutingOptions, intent_policy
 
 from pasu.metrics import SluResult
 
@@ -159,22 +160,24 @@ def test_the_report_says_what_the_intent_reader_changed_in_the_answers():
     assert answer_intent_accuracy(samples, read) == {"utterances": 10, "answers": 0.5, "decoder": 0.7}
 
 
-class DoubtByLength:
-    """An intent offramp doubting long hypotheses: it disagrees with the perplexity about which are bad."""
-
-    def score(self, hypothesis):
-        return 0.9 if len(hypothesis.tokens) >= 9 else 0.1
+def doubt_by_length(hypothesis) -> np.ndarray:
+    """Intent evidence that flags long hypotheses: it disagrees with the perplexity about which are bad."""
+    return np.array([float(len(hypothesis.tokens) >= 9), len(hypothesis.tokens)])
 
 
 def test_words_or_intent_is_calibrated_as_the_union_of_both_checks():
     """The combined check's threshold at a level is both parts' own thresholds, scaled alike; applied as the
     agent's ppl+intent policy, it offloads what either part would, at the calibrated ratio."""
     samples = [dataclasses.replace(s, duration=1.0 + (i % 3)) for i, s in enumerate(split())]
-    report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60,
-                          intent=DoubtByLength()).report
+    samples = [dataclasses.replace(s, local=dataclasses.replace(s.local, intent="play_music"))
+               if len(s.early.tokens) >= 9 else s for s in samples]  # long ones also get the intent wrong
+    trained = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60,
+                           intent=doubt_by_length)
+    report, intent = trained.report, IntentOfframp(doubt_by_length, trained.intent)
     both = report["ppl_intent"]
     assert both["scales"] == {"ppl": threshold(report, "ppl", "M"), "intent": threshold(report, "intent", "M")}
     assert report["bilstm_intent"]["scales"]["bilstm"] == threshold(report, "bilstm", "M")
+    assert report["intent"]["evidence"] == ["evidence0", "evidence1"] and report["intent"]["fitted_on"] == 60
 
     def offloaded(policy):
         return np.array([policy.decide(s.early.hypothesis(), s.duration).offload for s in samples])
@@ -182,16 +185,23 @@ def test_words_or_intent_is_calibrated_as_the_union_of_both_checks():
     for level in ("L", "M", "H"):
         parts = either_thresholds(report, "ppl_intent", level)
         policy = RoutingOptions(policy="ppl+intent", threshold=parts["ppl"], intent_threshold=parts["intent"])
-        assert offloaded(policy.make_policy(DoubtByLength())).mean() == pytest.approx(
-            both["levels"][level]["offload_ratio"])
+        assert offloaded(policy.make_policy(intent)).mean() == pytest.approx(both["levels"][level]["offload_ratio"])
     # at the scales themselves, each part at its own Offload-M: what either part offloads
     scales = both["scales"]
     union = offloaded(RoutingOptions(policy="ppl+intent", threshold=scales["ppl"],
-                                     intent_threshold=scales["intent"]).make_policy(DoubtByLength()))
+                                     intent_threshold=scales["intent"]).make_policy(intent))
     ppl_m = offloaded(OfframpPolicy(PerplexityOfframp(), scales["ppl"]))
-    intent_m = offloaded(OfframpPolicy(DoubtByLength(), scales["intent"]))
+    intent_m = offloaded(intent_policy(intent, scales["intent"]))
     assert (union == (ppl_m | intent_m)).all() and union.sum() > max(ppl_m.sum(), intent_m.sum())
     assert set(both["wer_targets"]) == set(report["ppl"]["wer_targets"])
+
+
+def test_without_both_right_and_wrong_intents_the_intent_check_is_left_out():
+    """An untrained model or a tiny split: the word checks are still fitted and saved, and the report says why."""
+    samples = [dataclasses.replace(s, local=s.reference) for s in split()]  # every intent right
+    trained = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), intent=doubt_by_length)
+    assert trained.intent is None and "intent" not in trained.report and "ppl_intent" not in trained.report
+    assert "right on all or on none" in trained.report["intent_skipped"] and "bilstm" in trained.report
 
 
 def test_unset_thresholds_are_the_models_calibrated_offload_m(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.routing import (
     AllOffload,
-    EitherOfframp,
+    EitherPolicy,
     OfframpPolicy,
     OnDevice,
     PerplexityOfframp,
@@ -61,11 +61,10 @@ def test_the_intent_policy_needs_the_models_intent_reader():
             return 0.9
 
     with pytest.raises(ValueError, match="intent reader"):
-        RoutingOptions(policy="intent", intent_threshold=1.5).make_policy()
-    policy = RoutingOptions(policy="intent", intent_threshold=1.5).make_policy(Disagreeing())
+        RoutingOptions(policy="intent", intent_threshold=0.5).make_policy()
+    policy = RoutingOptions(policy="intent", intent_threshold=0.5).make_policy(Disagreeing())
     pilot = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
-    # weighed by length like the other offramps: 0.9 x 2 s goes, 0.9 x 1 s stays
-    assert policy.decide(pilot, 2.0).offload and not policy.decide(pilot, 1.0).offload
+    assert policy.decide(pilot, 1.0).offload
 
 
 class FixedDoubt:
@@ -85,11 +84,12 @@ def test_the_bilstm_policies_read_the_models_bilstm():
     words = RoutingOptions(policy="bilstm", threshold=1.2).make_policy(bilstm=FixedDoubt(0.5))
     pilot = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
     assert words.name == "Ours-BiLSTM" and words.decide(pilot, 3.0).offload and not words.decide(pilot, 2.0).offload
-    routing = RoutingOptions(policy="bilstm+intent", threshold=1.2, intent_threshold=1.0)
+    routing = RoutingOptions(policy="bilstm+intent", threshold=1.2, intent_threshold=0.5)
     assert routing.word_check == "bilstm" and routing.reads_intent
     both = routing.make_policy(FixedDoubt(0.4), bilstm=FixedDoubt(0.3))
     assert both.name == "Ours-BiLSTM+Intent"
-    assert both.decide(pilot, 3.0).offload and not both.decide(pilot, 2.0).offload  # the intent check: 1.2 > 1.0
+    assert not both.decide(pilot, 3.0).offload  # 0.3 x 3 s <= 1.2, intent 0.4 <= 0.5
+    assert routing.make_policy(FixedDoubt(0.6), bilstm=FixedDoubt(0.3)).decide(pilot, 3.0).offload  # 0.6 > 0.5
     assert RoutingOptions(policy="bilstm+intent").unset_thresholds == ["threshold", "intent_threshold"]
 
 
@@ -104,20 +104,30 @@ def test_the_cli_offers_every_policy():
 
 def test_the_ppl_and_intent_policy_offloads_when_either_check_fires():
     """Right words under a doubtful intent, or a sure intent over doubtful words: both go to the cloud."""
-    routing = RoutingOptions(policy="ppl+intent", threshold=2 * math.e, intent_threshold=1.0)
+    routing = RoutingOptions(policy="ppl+intent", threshold=2 * math.e, intent_threshold=0.4)
     with pytest.raises(ValueError, match="pasu offramp train"):
         routing.make_policy()
     sure_words = Hypothesis((5, 6), 0.0, True, token_att=(-0.01, -0.01, -0.01))  # perplexity about 1
     doubtful_words = Hypothesis((5, 6), 0.0, True, token_att=(-1.0, -1.0, -1.0))  # perplexity e
-    seconds = 3.0  # perplexity e x 3 s > 2e; doubt 0.5 x 3 s > 1; doubt 0.2 x 3 s and perplexity 1 x 3 s: neither
+    seconds = 3.0  # perplexity e x 3 s > 2e, 1 x 3 s not; P(intent wrong) 0.5 > 0.4, 0.2 not (not weighed)
     decide = lambda hypothesis, doubt: routing.make_policy(FixedDoubt(doubt)).decide(hypothesis, seconds).offload
     assert decide(doubtful_words, 0.2) and decide(sure_words, 0.5) and decide(doubtful_words, 0.5)
     assert not decide(sure_words, 0.2)
 
 
-def test_the_either_offramp_scores_each_part_in_units_of_its_own_threshold():
-    either = EitherOfframp(((PerplexityOfframp(), 4.0), (FixedDoubt(0.3), 0.5)))
+def test_the_intent_check_is_not_weighed_by_the_speechs_length():
+    """Intent accuracy counts utterances: a long command is no likelier to carry a wrong intent."""
+    policy = RoutingOptions(policy="intent", intent_threshold=0.4).make_policy(FixedDoubt(0.3))
+    hypothesis = Hypothesis((5, 6), 0.0, True, token_att=(-0.1, -0.1, -0.1))
+    assert [policy.decide(hypothesis, seconds).offload for seconds in (0.5, 2.0, 9.0)] == [False] * 3
+    assert policy.decide(hypothesis, 9.0).score == pytest.approx(0.3)
+
+
+def test_the_either_policy_scores_each_part_in_units_of_its_own_threshold():
+    parts = (OfframpPolicy(PerplexityOfframp(), 4.0), OfframpPolicy(FixedDoubt(0.3), 0.5, length_weighted=False))
+    either = EitherPolicy(parts, threshold=1.2)
     doubtful_words = Hypothesis((5, 6), 0.0, True, token_att=(-1.0, -1.0, -1.0))
-    assert either.score(doubtful_words) == pytest.approx(max(math.e / 4.0, 0.3 / 0.5))
-    many = EitherOfframp.combine([np.array([4.0, 1.0]), np.array([0.1, 0.4])], [2.0, 0.5])
+    assert either.score(doubtful_words, 2.0) == pytest.approx(max(2 * math.e / 4.0, 0.3 / 0.5))
+    assert either.decide(doubtful_words, 2.0).offload and not either.decide(doubtful_words, 1.0).offload
+    many = EitherPolicy.combine([np.array([4.0, 1.0]), np.array([0.1, 0.4])], [2.0, 0.5])
     assert many == pytest.approx([2.0, 0.8])
