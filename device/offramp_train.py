@@ -174,15 +174,15 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         log.warning("intent check not fitted: the device's intent is right on all or on none of %d replays", len(fit))
         report["intent_skipped"] = "the device's intent was right on all or on none of the replays"
     elif intent is not None:
-        intent_model, doubt = _fit_intent(intent, fit, kept)
+        intent_model, wrong_scores = _fit_intent(intent, fit, kept)
         wrong = [s.local.intent != s.reference.intent for s in kept]
         report["intent"] = {"evidence": list(intent_model.names), "fitted_on": len(fit),
-                            "selectivity_intent": selectivity(doubt, wrong),  # how it ranks the intent errors
-                            **calibrate("Intent", doubt, kept, options.levels, cloud_edits, bad_wer)}
+                            "selectivity_intent": selectivity(wrong_scores, wrong),  # of the intent errors
+                            **calibrate("Intent", wrong_scores, kept, options.levels, cloud_edits, bad_wer)}
         # words or intent: each check at its own Offload-M threshold counts as 1 (routing.EitherPolicy)
         for words, scores in (("ppl", ppl), ("bilstm", oof)):
             scales = {words: threshold(report, words, "M"), "intent": threshold(report, "intent", "M")}
-            either = EitherPolicy.combine([weigh_by_length(scores, seconds), doubt], list(scales.values()))
+            either = EitherPolicy.combine([weigh_by_length(scores, seconds), wrong_scores], list(scales.values()))
             report[f"{words}_intent"] = {"scales": scales, **calibrate(f"{words} or intent", either, kept,
                                                                        options.levels, cloud_edits, bad_wer)}
     if cloud_edits is not None:
