@@ -196,9 +196,9 @@ def _fit_intent(evidence: Evidence, fit: Sequence[OfframpSample],
     of the `kept` ones, where its thresholds are placed. Its own scores, not out-of-fold ones as the networks':
     nine weights fitted on a split's replays are hardly over-confident on them (on the shipped model's 2,033 dev
     replays the out-of-fold and the fitted scores put Offload-M's threshold within a hundredth)."""
-    wrong = np.array([s.local.intent != s.reference.intent for s in fit], float)
-    model = IntentErrorModel.fit([evidence(s.early.hypothesis()) for s in fit], wrong)
-    return model, model.probabilities([evidence(s.early.hypothesis()) for s in kept])
+    rows = [evidence(s.early.hypothesis()) for s in fit]
+    model = IntentErrorModel.fit(rows, np.array([s.local.intent != s.reference.intent for s in fit], float))
+    return model, calibration_scores(model.probabilities(rows), fit, kept)
 
 
 def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp], train_options: TrainOptions,
@@ -242,7 +242,8 @@ def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],
 
 
 def calibration_scores(oof: np.ndarray, fit: Sequence[OfframpSample], kept: Sequence[OfframpSample]) -> np.ndarray:
-    """The out-of-fold scores of the calibration samples, which must be among the fitted ones."""
+    """The scores of the calibration samples (out of fold, for the networks) among those of the fitted ones, which
+    must include them."""
     index = {s.id: i for i, s in enumerate(fit)}
     missing = [s.id for s in kept if s.id not in index]
     if missing:

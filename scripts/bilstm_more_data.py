@@ -20,11 +20,11 @@ import torch
 
 from pasu.device import bilstm_offramp
 from pasu.device.bilstm_offramp import BiLstmOfframp
-from pasu.device.calibration import for_wer, naive_probability, offload_curve, wer_targets
 from pasu.device.offramp_cli import collect_split
 from pasu.device.offramp_data import load_samples
 from pasu.device.offramp_net import TrainOptions
-from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model, ppl_scores
+from pasu.device.offramp_train import OFFRAMP_DIR, calibrate, load_device_model, ppl_scores, yardsticks
+from pasu.device.routing import weigh_by_length
 from pasu.models.data import dev_subset, load_split
 
 
@@ -46,17 +46,15 @@ def main() -> None:
     test = [s for s in load_samples(args.replays) if s.early is not None and s.id in answers]
     print(f"local WER > 0.1: {np.mean([s.bad() for s in dev if s.early]):.1%} of dev replays, "
           f"{np.mean([s.bad() for s in train if s.early]):.1%} of training ones")
-    local = np.array([s.local_edits for s in test], float)
-    cloud = np.array([answers[s.id]["edits"] for s in test], float)
-    words = np.array([s.ref_words for s in test], float)
+    cloud_edits = [answers[s.id]["edits"] for s in test]
     seconds = np.array([s.duration for s in test])
-    targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())
-    naive = [naive_probability(local.sum(), cloud.sum(), words.sum(), t) for t in targets]
-    print("WER targets " + " ".join(f"{t:.1%}" for t in targets))
+    naive = yardsticks(test, cloud_edits)["NaiveHybrid"]  # {WER target: NaiveHybrid's offload ratio}
+    print("WER targets " + " ".join(f"{float(t):.1%}" for t in naive))
 
-    def price(name: str, scores: np.ndarray) -> None:
-        curve = offload_curve(scores * seconds, local, cloud, words)  # weighed by length, as the policy does
-        cells = [f"{c.offload_ratio / p:.2f}x" if (c := for_wer(curve, t)) and p else "-" for t, p in zip(targets, naive)]
+    def price(name: str, scores: np.ndarray) -> None:  # weighed by length, as the policy weighs them
+        report = calibrate(name, weigh_by_length(scores, seconds), test, (), cloud_edits)
+        cells = [f"{c['offload_ratio'] / naive[t]:.2f}x" if c and naive[t] else "-"
+                 for t, c in report["wer_targets"].items()]
         print(f"  {name:24s} " + " ".join(cells))
 
     features = [BiLstmOfframp.features(s.early) for s in test]

@@ -1,5 +1,5 @@
 """The intent check's design, checked offline: hybrid intent accuracy and WER on a split's replays when offloading
-at Offload-M (thresholds from dev's calibration replays, 47% offloaded there) by the learned check as shipped or
+at Offload-M (thresholds from dev's calibration replays, as `pasu offramp train` places them) by the learned check as shipped or
 weighed by the speech's seconds, and by the doubt it replaced (1 - the decoder/reader mixture's probability of
 its intent) as it is or weighed, with the cloud's answers from `scripts/cloud_answers.py`. About a minute.
 
@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pasu.device.calibration import OFFLOAD_LEVELS, for_ratio, offload_curve
 from pasu.device.offramp_data import load_samples
 from pasu.device.offramp_train import OFFRAMP_DIR, intent_evidence, intent_offramp, load_device_model
-
-OFFLOAD_M = 0.47
 
 
 def main() -> None:
@@ -50,8 +49,8 @@ def main() -> None:
     print(f"{len(test)} utterances: device {local_edits.sum() / words:.1%} WER / {local_right.mean():.1%} intent; "
           f"all offloaded {cloud_edits.sum() / words:.1%} / {cloud_right.mean():.1%}")
     on_dev, on_test = scores(dev), scores(test)
-    for name, threshold in ((n, np.quantile(s, 1 - OFFLOAD_M)) for n, s in on_dev.items()):
-        offload = on_test[name] > threshold
+    for name, dev_scores in on_dev.items():  # each at its Offload-M on dev, as `pasu offramp train` places it
+        offload = on_test[name] > for_ratio(offload_curve(dev_scores), OFFLOAD_LEVELS["M"]).threshold
         intent = np.where(offload, cloud_right, local_right).mean()
         wer = np.where(offload, cloud_edits, local_edits).sum() / words
         print(f"  {name:26s} offloads {offload.mean():.1%}: WER {wer:.1%}, intent {intent:.1%} "
