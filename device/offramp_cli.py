@@ -17,7 +17,7 @@ from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 from pasu.metrics import word_edits
 
 if TYPE_CHECKING:
-    from pasu.models.intent_reader import IntentReader
+    from pasu.models.intent_reader import IntentReader, ReaderOptions
     from pasu.device.runtime import DeviceModel
 
 DEFAULT_CORPUS = "data/corpus-full"
@@ -147,18 +147,21 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
     from pasu.device.offramp_data import cache_key, collect, load_or_collect
 
     options = AgentOptions()
-    reader = model.intent_mixture.reader.digest() if model.intent_mixture else None
+    reader = model.intent_mixture.digest() if model.intent_mixture else None
     key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options, reader)
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
 
 
-def fit_intent_reader(corpus: Path) -> IntentReader:
-    """The intent offramp's text classifier, on the training split's distinct sentences."""
-    from pasu.models.intent_reader import IntentReader
+def fit_intent_reader(corpus: Path, options: ReaderOptions | None = None) -> IntentReader:
+    """The device's intent reader (`options`, default the device's: READER_CHAR_NGRAMS), on the training split's
+    distinct sentences."""
+    from pasu.device.intent_offramp import READER_CHAR_NGRAMS
+    from pasu.models.intent_reader import IntentReader, ReaderOptions
 
     sentences = {u.text: u.intent for u in load_split(corpus, "train")}
     print(f"intent reader: fitting on {len(sentences)} training sentences", flush=True)
-    return IntentReader.fit(list(sentences), list(sentences.values()))
+    options = options or ReaderOptions(char_ngram_max=READER_CHAR_NGRAMS)
+    return IntentReader.fit(list(sentences), list(sentences.values()), options)
 
 
 def cloud_word_edits(folder: Path, utterances: Sequence[Utterance], cache: Path) -> list[int]:

@@ -217,9 +217,10 @@ def load_or_collect(path: str | Path, key: dict[str, Any], make: Callable[[], li
 
 def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: AgentOptions,
               intent_reader: str | None = None) -> dict[str, Any]:
-    """What makes two collections interchangeable: the model, the intent reader its answers weigh in (its
-    digest; None: none), the utterances and the agent's settings; `encoded`: the early hypotheses' encoder
-    outputs are kept (caches from before they were have no such key, and are made again)."""
+    """What makes two collections interchangeable: the model, the intent mixture its answers come from
+    (`intent_reader`: IntentMixture.digest, the reader's weights and the decoder's share; None: none), the
+    utterances and the agent's settings; `encoded`: the early hypotheses' encoder outputs are kept (caches from
+    before they were have no such key, and are made again)."""
     return {"model": model_id, "intent_reader": intent_reader, "manifest": str(Path(manifest).resolve()),
             "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str)), "encoded": True}
 

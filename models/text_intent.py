@@ -577,8 +577,9 @@ def _reader_rows(classifier: TextIntentClassifier) -> list[str]:
     if reader is None:
         return []
     o = reader.options
-    return [f"| TF-IDF reader | word 1-{o.ngram_max}-grams in at least {o.min_df} sentences "
-            f"({len(reader.vectorizer.vocabulary_):,} terms) + logistic regression (C = {o.c:g}), "
+    chars = f" and character 2-{o.char_ngram_max}-grams within words" if o.char_ngram_max else ""
+    return [f"| TF-IDF reader | word 1-{o.ngram_max}-grams{chars} in at least {o.min_df} sentences "
+            f"({sum(len(v.vocabulary_) for v in reader.vectorizers):,} terms) + logistic regression (C = {o.c:g}), "
             f"`{READER_FILES[0]}` / `{READER_FILES[1]}` |",
             f"| combined | log P = log P_encoder + {classifier.reader_weight:g} x log P_TF-IDF, renormalized |"]
 

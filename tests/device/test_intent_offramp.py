@@ -32,7 +32,7 @@ def hypothesis(tokens: tuple[int, ...], intent_probability: float) -> Hypothesis
 
 
 def test_a_sure_decoder_keeps_its_intent_and_an_unsure_one_yields_to_the_words(small_reader):
-    mixture = IntentMixture(small_reader)
+    mixture = IntentMixture(small_reader, decoder_share=1.0)  # the decoder's confidence as it is
     heard = SluResult("play some jazz", "alarm_set")  # the decoder's intent, and words of another command
     assert mixture.reading(heard, 0.9)[0] == "alarm_set"
     intent, probability = mixture.reading(heard, 0.2)
@@ -42,9 +42,23 @@ def test_a_sure_decoder_keeps_its_intent_and_an_unsure_one_yields_to_the_words(s
 
 
 def test_an_intent_the_classifier_never_saw_keeps_the_decoders_share(small_reader):
-    mixture = IntentMixture(small_reader)
+    mixture = IntentMixture(small_reader, decoder_share=1.0)
     assert mixture.reading(SluResult("turn the lights off", "iot_hue_lightoff"), 0.6) == ("iot_hue_lightoff", 0.6)
     assert mixture.reading(SluResult("play some jazz", "iot_hue_lightoff"), 0.1)[0] == "play_music"
+    assert IntentMixture(small_reader, 0.5).reading(SluResult("turn the lights off", "iot_hue_lightoff"), 0.6) \
+        == ("iot_hue_lightoff", pytest.approx(0.3))
+
+
+def test_the_decoders_share_decides_how_far_its_confidence_is_trusted(small_reader):
+    """The device's default share lets words that read clearly as another command overrule a sure decoder."""
+    heard = SluResult("play some jazz", "alarm_set")
+    assert IntentMixture(small_reader, 1.0).reading(heard, 0.9)[0] == "alarm_set"
+    assert IntentMixture(small_reader).reading(heard, 0.9)[0] == "play_music"
+    assert IntentMixture(small_reader).reading(SluResult("set an alarm for six", "alarm_set"), 0.9)[0] == "alarm_set"
+    # replay caches key on the digest: another share answers otherwise
+    assert IntentMixture(small_reader, 0.5).digest() != IntentMixture(small_reader, 1.0).digest()
+    with pytest.raises(ValueError, match="share"):
+        IntentMixture(small_reader, 1.5)
 
 
 def test_the_decoders_confidence_is_its_intent_tokens_probability():

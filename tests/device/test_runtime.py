@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from pasu.device.decoding.search import Hypothesis
+from pasu.device.intent_offramp import DECODER_SHARE, IntentMixture
 from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model
 from pasu.device.runtime import DeviceModel
 
@@ -24,7 +25,8 @@ def test_a_retrained_model_keeps_its_name_but_not_its_weights_id(tmp_path, cloud
 
 
 def test_the_answer_weighs_in_the_intent_reader_of_the_offramp_folder(tmp_path, cloud_support, small_reader):
-    """load_device_model attaches MODEL/offramp's reader: an unsure decoder's intent yields to its words."""
+    """load_device_model attaches MODEL/offramp's reader at the decoder's share: an unsure decoder's intent, or a
+    sure one's at that share, yields to words of another command."""
     folder = cloud_support.write_model_folder(tmp_path / "model")
     assert load_device_model(folder).intent_mixture is None  # no reader yet: the decoder's intent as it is
     small_reader.save(folder / OFFRAMP_DIR)
@@ -35,6 +37,9 @@ def test_the_answer_weighs_in_the_intent_reader_of_the_offramp_folder(tmp_path, 
     def hypothesis(intent_probability: float) -> Hypothesis:
         return Hypothesis(tuple(tokens), 0.0, True, (math.log(intent_probability),) + (-0.1,) * (len(tokens) - 1))
 
+    assert model.intent_mixture.decoder_share == DECODER_SHARE
+    assert model.answer(tokens, hypothesis(0.9)).intent == "weather_query"  # words of another command overrule
+    model.intent_mixture = IntentMixture(small_reader, 1.0)  # the decoder's confidence as it is: a sure one keeps
     assert model.answer(tokens, hypothesis(0.9)).intent == "alarm_set"
     unsure = model.answer(tokens, hypothesis(0.1))
     assert unsure.intent == "weather_query" and unsure.text == model.read(tokens).text

@@ -108,7 +108,7 @@ def test_train_fine_tunes_on_heard_transcripts_and_says_so(tmp_path, capsys):
     loaded = TextIntentClassifier.load(out)
     assert loaded.info["train"]["sources"]["heard"] == 8
     # the TF-IDF reader keeps to the written sentences
-    assert not any("zork" in term for term in loaded.reader.vectorizer.vocabulary_)
+    assert not any("zork" in term for term in loaded.reader.vectorizers[0].vocabulary_)
     card = (out / "README.md").read_text()
     assert f"--heard {heard} --heard-nbest 2" in card and "they train the intent only" in card
 

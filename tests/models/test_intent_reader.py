@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pasu.models.intent_reader import READER_FILES, IntentReader
+from pasu.models.intent_reader import READER_FILES, IntentReader, ReaderOptions
 
 
 def test_the_reader_tells_which_command_the_words_are(small_reader):
@@ -39,3 +39,16 @@ def test_its_digest_names_the_saved_weights(small_reader, commands, tmp_path):
     assert loaded.digest() == small_reader.digest()
     other = IntentReader.fit(list(commands)[:8], list(commands.values())[:8], small_reader.options)
     assert other.digest() != small_reader.digest()
+
+
+def test_character_ngrams_read_a_misheard_word_by_its_right_parts(commands, tmp_path):
+    """Neither "musik" nor "wether" is a training word: only the reader with character n-grams still reads them."""
+    texts, intents = list(commands), list(commands.values())
+    words = IntentReader.fit(texts, intents, ReaderOptions(min_df=1))
+    chars = IntentReader.fit(texts, intents, ReaderOptions(min_df=1, char_ngram_max=5))
+    heard, meant = ["musik", "wether"], ["play_music", "weather_query"]
+    assert (chars.probabilities(heard, meant) > words.probabilities(heard, meant) + 0.1).all()
+    assert [chars.classes[i] for i in chars.distribution(heard, chars.classes).argmax(1)] == meant
+    loaded = IntentReader.load(chars.save(tmp_path))  # both vocabularies saved, still no pickle
+    np.testing.assert_allclose(loaded.probabilities(heard, meant), chars.probabilities(heard, meant), atol=2e-3)
+    assert loaded.digest() == chars.digest() != words.digest()

@@ -1,0 +1,61 @@
+"""How the device should mix its decoder's intent with the intent reader's: the accuracy of the answers the
+mixture gives on replays' full decodes, for readers with and without character n-grams and for a range of the
+decoder's share (`device/intent_offramp.py`: READER_CHAR_NGRAMS, DECODER_SHARE). The settings are chosen on the
+dev replays; a second replay file (e.g. a bench's `test` replays) is printed beside them, not used to choose.
+About a minute for 3,000 replays (the readers are fitted on the training sentences here).
+
+    .venv/bin/python scripts/intent_mixture_check.py models/shipped/device data/corpus-full \
+        models/shipped/device/offramp/replays-dev-all.jsonl exp/hybrid29/replays-test.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from pasu.device.intent_offramp import IntentMixture, intent_confidence
+from pasu.device.offramp_cli import fit_intent_reader
+from pasu.device.offramp_data import OfframpSample, load_samples
+from pasu.device.runtime import DeviceModel
+from pasu.models.intent_reader import ReaderOptions
+
+READERS = {"words": ReaderOptions(), "words + chars 2-4": ReaderOptions(char_ngram_max=4),
+           "words + chars 2-5": ReaderOptions(char_ngram_max=5)}
+SHARES = (0.2, 0.35, 0.5, 0.7, 1.0)
+
+
+def accuracy(mixture: IntentMixture, samples: list[OfframpSample], model: DeviceModel) -> float:
+    """Share of the replays whose full decode the mixture answers with the right intent."""
+    right = []
+    for sample in samples:
+        hypothesis = sample.final.hypothesis()
+        intent, _ = mixture.reading(model.read(hypothesis.tokens), intent_confidence(hypothesis))
+        right.append(intent == sample.reference.intent)
+    return float(np.mean(right))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", type=Path, help="packaged device model")
+    parser.add_argument("corpus", type=Path, help="corpus whose training sentences the readers learn")
+    parser.add_argument("dev", type=Path, help="replays to choose on (pasu offramp train's replays-dev-all.jsonl)")
+    parser.add_argument("others", type=Path, nargs="*", help="replays to show beside them")
+    args = parser.parse_args()
+    model = DeviceModel.from_folder(args.model)
+    splits = {path.stem: [s for s in load_samples(path) if s.final is not None] for path in [args.dev, *args.others]}
+    print("decoder alone: " + ", ".join(
+        f"{name} {np.mean([model.read(s.final.tokens).intent == s.reference.intent for s in samples]):.1%}"
+        for name, samples in splits.items()))
+    print(f"{'reader':20s} {'share':>6s} " + " ".join(f"{name[:22]:>22s}" for name in splits))
+    for name, options in READERS.items():
+        reader = fit_intent_reader(args.corpus, options)
+        for share in SHARES:
+            mixture = IntentMixture(reader, share)
+            cells = [f"{accuracy(mixture, samples, model):>22.1%}" for samples in splits.values()]
+            print(f"{name:20s} {share:>6g} " + " ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
