@@ -2,19 +2,20 @@
 
 The SLU model emits the intent first and the words after it; a classifier trained on the training sentences
 (`pasu.models.intent_reader.IntentReader`, TF-IDF over word uni- and bigrams and the character 2- to 5-grams
-inside words + logistic regression) reads the same words. The device answers with their mixture: the decoder's
-intent carries a share (`DECODER_SHARE`) of the probability the decoder gave it, the rest is spread as the
-classifier reads the words. The decoder is sure of intents it misheard; the character n-grams read a misheard
-word by its right parts. Chosen on all 2,033 dev replays of the shipped device model
-(`scripts/intent_mixture_check.py`): 79.3% of the answers right against 77.8% for the word reader at the
-decoder's full confidence (the mixture before) and 77.1% for the decoder alone; on the 1,000 `test` replays of
-`pasu bench hybrid --utterances 1000`, not used to choose, 75.9% against 74.0% and 72.7%.
+inside words + logistic regression; `pasu offramp train` fits it) reads the same words. The device answers with
+their mixture: the decoder's intent carries a share (`DECODER_SHARE`) of the probability the decoder gave it, the
+rest is spread as the classifier reads the words. The decoder is sure of intents it misheard; the character
+n-grams read a misheard word by its right parts. Chosen on all 2,033 dev replays of the shipped device model
+(`scripts/intent_mixture_check.py`, the reader fitted also on the pseudo-labelled sentences the model trained
+on): 79.6% of the answers right against 77.8% for the word reader at the decoder's full confidence (the mixture
+before) and 77.1% for the decoder alone; on the 1,000 `test` replays of `pasu bench hybrid --utterances 1000`,
+not used to choose, 77.3% against 74.0% and 72.7%.
 
 The intent offramp ranks the last pilot by how likely the device's intent is wrong: a logistic regression over
 what the pilot shows about its intent (`INTENT_EVIDENCE`: the mixture's doubt, 1 - the probability of its
 intent, first), fitted on the dev replays by `pasu offramp train`. Intent accuracy counts utterances, not words,
 so its score is not weighed by the speech's length. On 1,000 `test` utterances (`pasu bench hybrid
---utterances 1000`, Wi-Fi), at Offload-M it offloads 43.4% for 81.0% hybrid intent accuracy (41.9% for 81.0% with
+--utterances 1000`, Wi-Fi), at Offload-M it offloads 44.6% for 81.2% hybrid intent accuracy (41.9% for 81.0% with
 the word reader at the decoder's full confidence, against 43.8% for 80.2% by that mixture's doubt weighed by
 seconds, the check it replaced); offloading everything gives 81.9%.
 """
@@ -42,7 +43,7 @@ def intent_confidence(hypothesis: Hypothesis) -> float:
 
 
 # The device's reader reads word 1-2-grams and the character 2-to-this-grams inside words (ReaderOptions). Chosen
-# with DECODER_SHARE on the shipped model's 2,033 dev replays (`scripts/intent_mixture_check.py`): 79.3% of their
+# with DECODER_SHARE on the shipped model's 2,033 dev replays (`scripts/intent_mixture_check.py`): 79.6% of their
 # answers right against 77.8% for words alone with the decoder's full confidence.
 READER_CHAR_NGRAMS = 5
 # How much of its confidence the decoder's intent keeps in the mixture: the decoder is over-confident on words

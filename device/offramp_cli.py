@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--fit-all", action="store_true",
                        help="fit the BiLSTM and CNN on every utterance of the split (replayed and cached once), not only on "
                             "the --limit subset the thresholds are calibrated on and the cloud decodes")
+    train.add_argument("--reader-corpus", type=Path, action="append", default=[],
+                       help="another corpus whose training sentences the intent reader learns too (repeatable; e.g. "
+                            "the pseudo-labelled SLURP lm.txt sentences the device model trained on)")
     train.add_argument("--epochs", type=int, default=60, help="BiLSTM training epochs")
     train.add_argument("--bad-wer", type=float,
                        help="the BiLSTM's and CNN's label: local WER above this is wrong (default: the paper's 0.1; a device "
@@ -74,7 +77,7 @@ def run_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
-    fit_intent_reader(args.corpus).save(out)
+    fit_intent_reader([args.corpus, *args.reader_corpus]).save(out)
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check
     model = load_device_model(args.model, out)
@@ -92,6 +95,7 @@ def run_train(args: argparse.Namespace) -> int:
     report = trained.report
     report["answers"] = answer_intent_accuracy(fit_samples or samples, model.read)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
+                   "reader_corpora": [str(c) for c in [args.corpus, *args.reader_corpus]],
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     trained.save(out)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
@@ -152,13 +156,16 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
 
 
-def fit_intent_reader(corpus: Path, options: ReaderOptions | None = None) -> IntentReader:
-    """The device's intent reader (`options`, default the device's: READER_CHAR_NGRAMS), on the training split's
-    distinct sentences."""
+def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = None) -> IntentReader:
+    """The device's intent reader (`options`, default the device's: READER_CHAR_NGRAMS), on the distinct
+    sentences of the corpora's training splits (the first corpus's label wins a sentence two corpora hold)."""
     from pasu.device.intent_offramp import READER_CHAR_NGRAMS
     from pasu.models.intent_reader import IntentReader, ReaderOptions
 
-    sentences = {u.text: u.intent for u in load_split(corpus, "train")}
+    sentences: dict[str, str] = {}
+    for corpus in corpora:
+        for utterance in load_split(corpus, "train"):
+            sentences.setdefault(utterance.text, utterance.intent)
     print(f"intent reader: fitting on {len(sentences)} training sentences", flush=True)
     options = options or ReaderOptions(char_ngram_max=READER_CHAR_NGRAMS)
     return IntentReader.fit(list(sentences), list(sentences.values()), options)

@@ -42,6 +42,8 @@ def main() -> None:
     parser.add_argument("corpus", type=Path, help="corpus whose training sentences the readers learn")
     parser.add_argument("dev", type=Path, help="replays to choose on (pasu offramp train's replays-dev-all.jsonl)")
     parser.add_argument("others", type=Path, nargs="*", help="replays to show beside them")
+    parser.add_argument("--reader-corpus", type=Path, action="append", default=[],
+                        help="another corpus whose training sentences the readers learn too (as pasu offramp train's)")
     args = parser.parse_args()
     model = DeviceModel.from_folder(args.model)
     splits = {path.stem: [s for s in load_samples(path) if s.final is not None] for path in [args.dev, *args.others]}
@@ -50,7 +52,7 @@ def main() -> None:
         for name, samples in splits.items()))
     print(f"{'reader':20s} {'share':>6s} " + " ".join(f"{name[:22]:>22s}" for name in splits))
     for name, options in READERS.items():
-        reader = fit_intent_reader(args.corpus, options)
+        reader = fit_intent_reader([args.corpus, *args.reader_corpus], options)
         for share in SHARES:
             mixture = IntentMixture(reader, share)
             cells = [f"{accuracy(mixture, samples, model):>22.1%}" for samples in splits.values()]

@@ -80,3 +80,21 @@ def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, cap
     stamp = (model / "offramp" / "replays-dev.jsonl").stat().st_mtime_ns
     assert args.run(args) == 0  # the same model and utterances: replays from the cache
     assert (model / "offramp" / "replays-dev.jsonl").stat().st_mtime_ns == stamp
+
+
+def test_the_intent_reader_learns_every_corpus_given_and_reads_characters(tmp_path):
+    """`--reader-corpus`: sentences only another corpus has are learned; a sentence both have keeps the first's label."""
+    from pasu.device.intent_offramp import READER_CHAR_NGRAMS
+    from pasu.device.offramp_cli import fit_intent_reader
+    from pasu.models.data import write_synthetic_corpus
+
+    first = write_synthetic_corpus(tmp_path / "first", n_train=8, n_dev=2)
+    rows = [json.loads(line) for line in (first / "train.jsonl").read_text().splitlines()]
+    shared, extra = dict(rows[0], intent="news_query"), dict(rows[1], text="play the radio please", intent="play_radio")
+    (tmp_path / "second").mkdir()
+    (tmp_path / "second" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (shared, extra)))
+    reader = fit_intent_reader([first], None)
+    both = fit_intent_reader([first, tmp_path / "second"], None)
+    assert "play_radio" not in reader.classes and "play_radio" in both.classes
+    assert "news_query" not in both.classes  # the first corpus labelled that sentence
+    assert both.options.char_ngram_max == READER_CHAR_NGRAMS and len(both.vectorizers) == 2
