@@ -113,7 +113,8 @@ class IntentReader:
         return cls(vectorizers, classifier, options)
 
 
-def _vectorizers(options: ReaderOptions, vocabularies: Sequence[dict[str, int]] | None = None) -> list[TfidfVectorizer]:
+def _vectorizers(options: ReaderOptions,
+                 vocabularies: Sequence[dict[str, int]] | None = None) -> list[TfidfVectorizer]:
     """The word n-gram vectorizer, and the character one when the options ask for it; fixed `vocabularies`
     (a loaded reader's) or fitted ones (min_df)."""
     kinds = [{"ngram_range": (1, options.ngram_max)}]

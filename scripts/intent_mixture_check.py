@@ -2,10 +2,12 @@
 mixture gives on replays' full decodes, for readers with and without character n-grams and for a range of the
 decoder's share (`device/intent_offramp.py`: READER_CHAR_NGRAMS, DECODER_SHARE). The settings are chosen on the
 dev replays; a second replay file (e.g. a bench's `test` replays) is printed beside them, not used to choose.
-About a minute for 3,000 replays (the readers are fitted on the training sentences here).
+About two minutes for 3,000 replays (the readers are fitted here, on the training sentences of the corpus and
+of each --reader-corpus, as `pasu offramp train` fits the device's).
 
     .venv/bin/python scripts/intent_mixture_check.py models/shipped/device data/corpus-full \
-        models/shipped/device/offramp/replays-dev-all.jsonl exp/hybrid29/replays-test.jsonl
+        models/shipped/device/offramp/replays-dev-all.jsonl exp/hybrid34/replays-test.jsonl \
+        --reader-corpus data/corpus-full-p4
 """
 
 from __future__ import annotations
