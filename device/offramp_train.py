@@ -281,13 +281,14 @@ def intent_evidence(model: DeviceModel) -> IntentEvidence:
     return IntentEvidence(model.intent_mixture, model.read)
 
 
-def intent_offramp(model: DeviceModel, folder: str | Path) -> IntentOfframp:
+def intent_offramp(model: DeviceModel, folder: str | Path, errors: IntentErrorModel | None = None) -> IntentOfframp:
     """The intent check of a model from `load_device_model` whose offramps are in `folder` (MODEL/offramp;
-    FileNotFoundError without its reader or its fitted model)."""
+    FileNotFoundError without its reader or its fitted model); `errors`: that fitted model, when already loaded
+    (`load_offramps`)."""
     evidence = intent_evidence(model)
-    if not IntentErrorModel.exists(folder):
+    if errors is None and not IntentErrorModel.exists(folder):
         raise FileNotFoundError(f"{folder}: no {IntentErrorModel.FILE}; run `pasu offramp train` first")
-    return IntentOfframp(evidence, IntentErrorModel.load(folder))
+    return IntentOfframp(evidence, errors or IntentErrorModel.load(folder))
 
 
 def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path) -> Policy:

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     offramps = load_offramps(offramp_folder)
     report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
-    intent = intent_offramp(model, offramp_folder) if "intent" in report else None
+    intent = intent_offramp(model, offramp_folder, offramps.intent) if "intent" in report else None
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
