@@ -40,6 +40,7 @@ from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline
 
 from pasu.metrics import SluResult
+from pasu.models.recognizer import Recognition
 from pasu.torch_threads import adopt_torch_threads
 
 Decoder = Literal["pilot", "espnet_batch", "espnet_beam"]
@@ -376,6 +377,33 @@ def replay(model: DeviceModel, audio: np.ndarray, options: AgentOptions = AgentO
             session.run_pilot(lambda: clock.now() > end_of_speech)
     clock.wait_until(end_of_speech)
     return session.finish(end_of_speech)
+
+
+class LocalAnswers:
+    """The agent's answers on its local route as a `Recognizer` (`pasu eval --as-agent`): each waveform ingested
+    whole, then `Session.finish` without a policy: the final search and `DeviceModel.answer`, the intent reader
+    weighed in when the model has one (`offramp_train.load_device_model`). Pilots are off: with the final
+    search's default (the decided stop alone, exact for the best hypothesis) they change when it answers, not what.
+    """
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model: DeviceModel, options: AgentOptions = AgentOptions()):
+        self.model = model
+        self.options = replace(options, pilot=replace(options.pilot, enabled=False))
+        self.espnet_search = espnet_search_for(model, options)
+        mixture = model.intent_mixture
+        self.model_id = model.weights_id + (f"+intent-reader@{mixture.digest()}" if mixture is not None else "")
+
+    def recognize_batch(self, waveforms: list[np.ndarray]) -> list[Recognition]:
+        return [self._answer(np.asarray(w, dtype=np.float32)) for w in waveforms]
+
+    def _answer(self, waveform: np.ndarray) -> Recognition:
+        clock = Clock()
+        session = Session(self.model, self.options, clock, None, None, self.espnet_search)
+        session.ingest(waveform)
+        r = session.finish(clock.now())
+        return Recognition(r.text, r.intent, r.slots, confidence=r.confidence)
 
 
 def play_realtime(agent: DeviceAgent, audio: np.ndarray, utterance_id: str = "") -> AgentResult:

@@ -72,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="a `pasu text-intent train` folder whose classifier re-reads each transcript for "
                                "its intent, as the cloud server does (needed for a Whisper model, which writes "
                                "words only)")
+    evaluate.add_argument("--as-agent", action="store_true",
+                          help="a device model: decode as the device agent answers on its local route (its own "
+                               "search, and its intent reader from MODEL/offramp weighed into the intent)")
     evaluate.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     evaluate.set_defaults(run=_evaluate)
 
@@ -260,7 +263,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                        decoding=DecodingOptions(beam_size=args.beam, ctc_weight=args.ctc_weight,
                                                 num_threads=args.threads, lm=str(args.lm) if args.lm else None,
                                                 lm_weight=args.lm_weight),
-                       text_intent=str(args.text_intent) if args.text_intent else None)
+                       text_intent=str(args.text_intent) if args.text_intent else None, as_agent=args.as_agent)
     try:
         results = evaluate_model(args.model_dir, args.corpus, opts)
     except MissingSplitError as e:

@@ -26,6 +26,10 @@ class EvalOptions:
     # a `pasu text-intent train` folder: its classifier re-reads each transcript for the intent (the cloud's
     # second pass); None: the recognizer's own intent
     text_intent: str | None = None
+    # decode as the device agent answers on its local route (a device model folder): its own search and, when
+    # MODEL/offramp holds one, its intent reader weighed into the intent (`device.agent.LocalAnswers`); False:
+    # ESPnet's beam search and the decoder's own intent
+    as_agent: bool = False
 
 
 def evaluate_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "") -> dict:
@@ -47,7 +51,7 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
     """{split: scores} for a packaged model folder."""
     # every split is read before decoding starts: a missing one fails at once, not after minutes of decoding
     splits = {split: load_split(corpus_dir, split) for split in opts.splits}
-    recognizer = load_recognizer(model_dir, opts.decoding)
+    recognizer = _agent(model_dir, opts.decoding) if opts.as_agent else load_recognizer(model_dir, opts.decoding)
     if opts.text_intent:
         from pasu.models.text_intent import TextIntentClassifier
 
@@ -61,6 +65,23 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
     results["model_id"] = recognizer.model_id
     results["corpus"] = str(corpus_dir)
     return results
+
+
+def _agent(model_dir: str | Path, decoding: DecodingOptions) -> Recognizer:
+    """The device agent's local answers with `decoding`'s beam, CTC weight, threads and LM."""
+    import torch
+    from pasu.device.agent import AgentOptions, LocalAnswers, use_lm_of
+    from pasu.device.decoding.search import SearchOptions
+    from pasu.device.offramp_train import load_device_model
+
+    if decoding.num_threads is not None:
+        torch.set_num_threads(decoding.num_threads)
+    model = load_device_model(model_dir)
+    final = SearchOptions(beam_size=decoding.beam_size, ctc_weight=decoding.ctc_weight, stop_when_decided=True,
+                          lm_weight=decoding.lm_weight if decoding.lm else 0.0)
+    options = AgentOptions(final_search=final, lm=decoding.lm or "")
+    use_lm_of(model, options)
+    return LocalAnswers(model, options)
 
 
 def write_results(results: dict, path: str | Path) -> None:

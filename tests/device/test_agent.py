@@ -11,6 +11,7 @@ from pasu.cloud.server import ServerThread
 from pasu.device.agent import (
     AgentOptions,
     DeviceAgent,
+    LocalAnswers,
     PilotOptions,
     Session,
     VirtualClock,
@@ -20,7 +21,9 @@ from pasu.device.agent import (
 from pasu.device.audio import AudioError
 from pasu.device.cloud_client import CloudClient
 from pasu.device.decoding.search import SearchOptions
+from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model
 from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, PerplexityOfframp
+from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline, plot_timeline
 
 NO_PILOTS = AgentOptions(pilot=PilotOptions(enabled=False), final_search=SearchOptions())
@@ -73,6 +76,27 @@ def test_without_pilots_our_search_answers_as_espnets(tiny_model, speech_like):
     ours = replay(tiny_model, wave, NO_PILOTS)
     espnet = replay(tiny_model, wave, AgentOptions(pilot=PilotOptions(enabled=False), decoder="espnet_batch"))
     assert ours.tokens == espnet.tokens and ours.text == espnet.text
+
+
+def test_local_answers_are_the_agents_on_its_local_route(tmp_path, cloud_support, small_reader, speech_like):
+    """What `pasu eval --as-agent` scores: the agent's answer with pilots and its intent reader, utterance by
+    utterance, without replaying the audio's timing."""
+    folder = cloud_support.write_model_folder(tmp_path / "model")
+    small_reader.save(folder / OFFRAMP_DIR)
+    model = load_device_model(folder)
+    waves = [speech_like(1.3, seed=6), speech_like(2.1, seed=7)]
+    local = LocalAnswers(model)
+    for wave, answer in zip(waves, local.recognize_batch(waves)):
+        agent = replay(model, wave, AgentOptions(pilot=PilotOptions(start_seconds=0.5, interval_seconds=0.4)))
+        assert agent.pilots >= 1 and agent.route == "local"
+        assert (answer.text, answer.intent, answer.slots) == (agent.text, agent.intent, agent.slots)
+        assert answer.confidence == pytest.approx(agent.confidence)
+    assert local.model_id == f"{model.weights_id}+intent-reader@{model.intent_mixture.digest()}"
+    decoder_alone = LocalAnswers(DeviceModel.from_folder(folder))  # no reader attached
+    assert decoder_alone.model_id == model.weights_id
+    for read, heard in zip(local.recognize_batch(waves), decoder_alone.recognize_batch(waves)):
+        assert read.text == heard.text  # the reader weighs in on the intent only ...
+        assert read.intent in small_reader.classes and read.intent != heard.intent  # ... and overrules a clueless decoder
 
 
 def test_live_agent_gives_the_replay_answer(tiny_model, speech_like):

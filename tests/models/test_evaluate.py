@@ -31,6 +31,22 @@ def test_eval_command_writes_scores_per_split(corpus_and_model, tmp_path):
     assert scores["decode_rtf"] > 0
 
 
+def test_eval_as_agent_scores_the_devices_answers_with_its_intent_reader(corpus_and_model, small_reader, tmp_path):
+    import shutil
+
+    corpus, model = corpus_and_model
+    folder = shutil.copytree(model, tmp_path / "model")
+    small_reader.save(folder / "offramp")
+    out = tmp_path / "eval.json"
+    proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(folder), "--corpus", str(corpus),
+                           "--splits", "dev", "--beam", "2", "--threads", "1", "--as-agent", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["dev"]["n"] == 3 and 0.0 <= results["dev"]["intent_accuracy"] <= 1.0
+    assert "+intent-reader@" in results["model_id"]  # the reader the answers weighed in is named
+
+
 class _Oracle:
     """Answers with the manifest's own labels, so the scoring path alone is under test."""
 
