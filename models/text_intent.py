@@ -56,6 +56,9 @@ ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2"  # the default encoder
 CONFIG_FILE = "text_intent.json"
 WEIGHTS_FILE = "weights.npz"
 ENCODER_ADAPTATION_FILE = "encoder.npz"  # fine-tuned transformer layers, in a folder trained with fine-tuning
+# a larger adaptation is written in parts encoder-1.npz, encoder-2.npz, ... of at most this many bytes each (no
+# file in the repository is over 50 MB; all-mpnet-base-v2's layers are 170 MB as float16)
+ADAPTATION_PART_BYTES = 45_000_000
 ADAPTED_PREFIX = "encoder.layer."  # the weights fine-tuning changes (BERT's transformer layers)
 # Reference points measured on this label set with gold transcripts (issue 3), for the CLI and the model card.
 REFERENCES = {"TF-IDF + logistic regression": 0.800, "frozen all-MiniLM-L6-v2 + logistic regression": 0.833}
@@ -136,7 +139,8 @@ class SentenceEncoder:
     """
 
     def __init__(self, name: str = ENCODER_NAME, options: EncoderOptions = EncoderOptions(),
-                 adaptation: str | os.PathLike | None = None, folder: str | os.PathLike | None = None):
+                 adaptation: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 folder: str | os.PathLike | None = None):
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # a "Loading weights" bar in the server's JSON log
@@ -148,7 +152,8 @@ class SentenceEncoder:
         self.dim = int(self.model.config.hidden_size)
         self.adapted = False  # True once its transformer layers are fine-tuned ones (loaded, or trained here)
         if adaptation is not None:
-            self._load_adaptation(Path(adaptation))
+            paths = [adaptation] if isinstance(adaptation, (str, os.PathLike)) else adaptation
+            self._load_adaptation([Path(p) for p in paths])
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         import torch
@@ -194,14 +199,17 @@ class SentenceEncoder:
                                    strict=False)
         self.adapted = True
 
-    def _load_adaptation(self, path: Path) -> None:
+    def _load_adaptation(self, paths: list[Path]) -> None:
+        """The fine-tuned layers from one file or from the parts `save_adaptation` wrote."""
         import torch
 
-        with np.load(path, allow_pickle=False) as arrays:
-            state = {name: torch.from_numpy(arrays[name].astype(np.float32)) for name in arrays.files}
+        state = {}
+        for path in paths:
+            with np.load(path, allow_pickle=False) as arrays:
+                state.update({name: torch.from_numpy(arrays[name].astype(np.float32)) for name in arrays.files})
         expected = set(self.adapted_state())
         if set(state) != expected:
-            raise ValueError(f"{path} does not hold {self.name}'s transformer layers "
+            raise ValueError(f"{', '.join(map(str, paths))} do not hold {self.name}'s transformer layers "
                              f"({len(set(state) ^ expected)} names differ)")
         self.model.load_state_dict(state, strict=False)
         self.adapted = True
@@ -366,8 +374,8 @@ class TextIntentClassifier:
                   "encoder_packages": list(packaged.packages) if packaged else [],
                   "pooling": "mean over tokens, L2-normalized", **self.info, "classes": list(self.classes)}
         if getattr(self.encoder, "adapted", False):
-            np.savez(folder / ENCODER_ADAPTATION_FILE, **self.encoder.adapted_state())
-            config["encoder_adaptation"] = ENCODER_ADAPTATION_FILE
+            files = save_adaptation(self.encoder.adapted_state(), folder)
+            config["encoder_adaptation"] = files[0] if len(files) == 1 else files
         if self.reader is not None:
             self.reader.save(folder)
             config["tfidf_weight"] = self.reader_weight
@@ -388,7 +396,8 @@ class TextIntentClassifier:
         if "encoder_adaptation" in config:
             if encoder is not None:
                 raise ValueError(f"{folder} holds its own fine-tuned encoder: load it without another one")
-            encoder = SentenceEncoder(config["encoder"], adaptation=folder / config["encoder_adaptation"])
+            encoder = SentenceEncoder(config["encoder"],
+                                      adaptation=[folder / f for f in _adaptation_files(config)])
         encoder = encoder if encoder is not None else shared_encoder(config["encoder"])
         if config["encoder"] != encoder.name:
             raise ValueError(f"{folder}: trained on encoder {config['encoder']}, given {encoder.name}")
@@ -418,7 +427,30 @@ def _fit_reader(texts: Sequence[str], intents: Sequence[str], options: TrainOpti
 def _weight_files(config: dict[str, Any]) -> list[str]:
     """The files whose bytes decide the intent (the model id's digest): the read-out's, the reader's, the encoder's."""
     return [WEIGHTS_FILE, *(READER_FILES if "tfidf_weight" in config else ()),
-            *([config["encoder_adaptation"]] if "encoder_adaptation" in config else [])]
+            *_adaptation_files(config)]
+
+
+def _adaptation_files(config: dict[str, Any]) -> list[str]:
+    """The encoder's fine-tuned layers: one file, or the parts `save_adaptation` wrote (none when frozen)."""
+    files = config.get("encoder_adaptation", [])
+    return [files] if isinstance(files, str) else list(files)
+
+
+def save_adaptation(state: dict[str, np.ndarray], folder: Path) -> list[str]:
+    """Write fine-tuned layers into `folder`: ENCODER_ADAPTATION_FILE, or when they are larger than
+    ADAPTATION_PART_BYTES, parts of whole arrays up to that size each; the files' names, in order."""
+    parts: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name, array in state.items():
+        if parts[-1] and size + array.nbytes > ADAPTATION_PART_BYTES:
+            parts.append({})
+            size = 0
+        parts[-1][name] = array
+        size += array.nbytes
+    names = [ENCODER_ADAPTATION_FILE] if len(parts) == 1 else [f"encoder-{i}.npz" for i in range(1, len(parts) + 1)]
+    for name, part in zip(names, parts):
+        np.savez(folder / name, **part)
+    return names
 
 
 def _load_slots(folder: Path, config: dict[str, Any] | None, encoder: Encoder) -> SlotTagger | None:
@@ -538,7 +570,7 @@ def model_card(classifier: TextIntentClassifier) -> str:
         "",
         f"`{CONFIG_FILE}` (encoder, intents, training options, accuracy, slot labels), `{WEIGHTS_FILE}` and",
         f"`{SLOTS_WEIGHTS_FILE}` (float32 `weights` and `bias`)"
-        + (f", `{ENCODER_ADAPTATION_FILE}` (the fine-tuned transformer layers, float16)"
+        + (f", `{ENCODER_ADAPTATION_FILE}` or its parts `encoder-N.npz` (the fine-tuned transformer layers, float16)"
            if getattr(classifier.encoder, "adapted", False) else "")
         + ". Load: `pasu.models.text_intent.TextIntentClassifier.load(folder)`.",
         "",
@@ -567,7 +599,8 @@ def _encoder_rows(classifier: TextIntentClassifier) -> list[str]:
     return [f"| encoder | {package}; its {layers} transformer layers fine-tuned with the two read-outs "
             f"(`models/text_finetune.py`: {tuned['epochs']:g} epochs of {tuned['batch_size']}, AdamW lr "
             f"{tuned['encoder_lr']:g}, heads {tuned['head_lr']:g}, {100 * tuned['word_drop']:g}% of training words "
-            f"dropped) and saved in `{ENCODER_ADAPTATION_FILE}` (float16); embeddings frozen, from the package |",
+            f"dropped) and saved in `{ENCODER_ADAPTATION_FILE}`, or in parts `encoder-N.npz` of at most "
+            f"{ADAPTATION_PART_BYTES // 1_000_000} MB when larger (float16); embeddings frozen, from the package |",
             f"| classifier | linear read-out trained with the encoder (softmax, cross-entropy), {shape} weights, float32 |"]
 
 

@@ -81,6 +81,25 @@ def test_the_model_id_follows_the_layers_and_no_other_encoder_is_accepted(tuned,
     assert TextIntentClassifier.load(copy).model_id != loaded.model_id
 
 
+def test_large_layers_are_saved_in_parts_and_served_as_one(tuned, tmp_path, monkeypatch):
+    """A larger encoder's layers (all-mpnet-base-v2: 170 MB) are split into files under the repository's limit."""
+    import pasu.models.text_intent as text_intent
+
+    classifier, folder, loaded = tuned
+    monkeypatch.setattr(text_intent, "ADAPTATION_PART_BYTES", 4_000_000)
+    parts = classifier.save(tmp_path / "parts")
+    files = json.loads((parts / CONFIG_FILE).read_text())["encoder_adaptation"]
+    assert len(files) >= 2 and not (parts / ENCODER_ADAPTATION_FILE).exists()
+    assert all((parts / f).stat().st_size <= 4_000_000 + 4_000 for f in files)  # whole arrays, npz headers
+    again = TextIntentClassifier.load(parts)
+    texts = ["wake me at seven", "lights off in the kitchen"]
+    np.testing.assert_array_equal(again.encoder.encode(texts), loaded.encoder.encode(texts))
+    layers = np.load(parts / files[-1])
+    name = layers.files[0]
+    np.savez(parts / files[-1], **{**{n: layers[n] for n in layers.files}, name: layers[name] + np.float16(0.01)})
+    assert TextIntentClassifier.load(parts).model_id != again.model_id  # every part is in the model id
+
+
 def test_an_adaptation_of_another_model_is_refused(tmp_path):
     np.savez(tmp_path / "other.npz", **{"encoder.layer.0.attention.self.query.weight": np.zeros((2, 2), np.float16)})
     with pytest.raises(ValueError, match="transformer layers"):
