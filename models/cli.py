@@ -266,7 +266,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                        text_intent=str(args.text_intent) if args.text_intent else None, as_agent=args.as_agent)
     try:
         results = evaluate_model(args.model_dir, args.corpus, opts)
-    except MissingSplitError as e:
+    except (MissingSplitError, ValueError) as e:  # a split the corpus lacks; a folder --as-agent cannot decode
         raise SystemExit(str(e)) from None
     if args.out:
         write_results(results, args.out)

@@ -74,6 +74,9 @@ def _agent(model_dir: str | Path, decoding: DecodingOptions) -> Recognizer:
     from pasu.device.decoding.search import SearchOptions
     from pasu.device.offramp_train import load_device_model
 
+    if not (Path(model_dir) / "config.yaml").is_file():
+        raise ValueError(f"--as-agent decodes a device model folder (config.yaml, model.pt); {model_dir} has no "
+                         "config.yaml (a Whisper folder is a cloud model)")
     if decoding.num_threads is not None:
         torch.set_num_threads(decoding.num_threads)
     model = load_device_model(model_dir)

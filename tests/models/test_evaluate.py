@@ -47,6 +47,15 @@ def test_eval_as_agent_scores_the_devices_answers_with_its_intent_reader(corpus_
     assert "+intent-reader@" in results["model_id"]  # the reader the answers weighed in is named
 
 
+def test_eval_as_agent_refuses_a_folder_that_is_no_device_model(corpus_and_model, tmp_path):
+    corpus, _ = corpus_and_model
+    (tmp_path / "whisper.yaml").write_text("name: whisper-tiny.en\n")
+    proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(tmp_path), "--corpus", str(corpus),
+                           "--splits", "dev", "--as-agent"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--as-agent decodes a device model folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 class _Oracle:
     """Answers with the manifest's own labels, so the scoring path alone is under test."""
 
