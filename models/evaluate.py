@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from pasu.metrics import SluResult, evaluate_slu, mean_rtf
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
-from pasu.models.recognizer import DecodingOptions, Recognizer, TextIntentPass, load_recognizer
+from pasu.models.recognizer import DecodingOptions, Recognizer, TextIntentPass, is_model_folder, load_recognizer
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,11 @@ def _agent(model_dir: str | Path, decoding: DecodingOptions) -> Recognizer:
     from pasu.device.agent import AgentOptions, LocalAnswers, use_lm_of
     from pasu.device.decoding.search import SearchOptions
     from pasu.device.offramp_train import load_device_model
+    from pasu.models.whisper_recognizer import is_whisper_folder
 
-    if not (Path(model_dir) / "config.yaml").is_file():
-        raise ValueError(f"--as-agent decodes a device model folder (config.yaml, model.pt); {model_dir} has no "
-                         "config.yaml (a Whisper folder is a cloud model)")
+    if not is_model_folder(model_dir) or is_whisper_folder(model_dir):
+        raise ValueError(f"--as-agent decodes a device model folder (config.yaml, model.pt); {model_dir} is not "
+                         "one (a Whisper folder is a cloud model, an LM folder no recognizer)")
     if decoding.num_threads is not None:
         torch.set_num_threads(decoding.num_threads)
     model = load_device_model(model_dir)

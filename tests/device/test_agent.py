@@ -86,7 +86,8 @@ def test_local_answers_are_the_agents_on_its_local_route(tmp_path, cloud_support
     model = load_device_model(folder)
     waves = [speech_like(1.3, seed=6), speech_like(2.1, seed=7)]
     local = LocalAnswers(model)
-    for wave, answer in zip(waves, local.recognize_batch(waves)):
+    answers = local.recognize_batch(waves)
+    for wave, answer in zip(waves, answers):
         agent = replay(model, wave, AgentOptions(pilot=PilotOptions(start_seconds=0.5, interval_seconds=0.4)))
         assert agent.pilots >= 1 and agent.route == "local"
         assert (answer.text, answer.intent, answer.slots) == (agent.text, agent.intent, agent.slots)
@@ -94,7 +95,7 @@ def test_local_answers_are_the_agents_on_its_local_route(tmp_path, cloud_support
     assert local.model_id == f"{model.weights_id}+intent-reader@{model.intent_mixture.digest()}"
     decoder_alone = LocalAnswers(DeviceModel.from_folder(folder))  # no reader attached
     assert decoder_alone.model_id == model.weights_id
-    for read, heard in zip(local.recognize_batch(waves), decoder_alone.recognize_batch(waves)):
+    for read, heard in zip(answers, decoder_alone.recognize_batch(waves)):
         assert read.text == heard.text  # the reader weighs in on the intent only ...
         assert read.intent in small_reader.classes and read.intent != heard.intent  # ... and overrules a clueless decoder
 
