@@ -463,7 +463,7 @@ def _register_whisper(sub: argparse._SubParsersAction) -> None:
         description="Encode a random subset of the training utterances once with the deployed Whisper (CTranslate2,\n"
                     "kept on disk in EXPDIR), train the decoder's blocks on their transcripts (teacher forcing),\n"
                     "keep the weights of the lowest dev loss, and write them as an .npz that whisper.yaml's\n"
-                    "`decoder_adaptation` names. Running the same command again resumes.",
+                    "`adaptation` names. Running the same command again resumes.",
         epilog="Example: pasu whisper adapt --model models/shipped/cloud --corpus data/corpus-full --exp "
                "exp/whisper-adapt --out models/shipped/cloud/whisper_decoder.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -10,7 +10,7 @@ EXPDIR (`--exp`): encoded-{split}.f16 + encoded-{split}.json (the windows and th
 interrupted encoding resumes), checkpoint.pt (latest state; the same command resumes), best.pt (the lowest
 dev loss), log.jsonl (one line per dev evaluation). The result (`--out`, an .npz) holds the adapted decoder
 variables under their CTranslate2 names, matrices as int8 rows with scales (`pack_adaptation`); whisper.yaml's
-`decoder_adaptation` names it.
+`adaptation` names it.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def adapt(folder: Path, corpus: Path, exp_dir: Path, out: Path, options: AdaptOp
     _set_threads(options.threads)
     torch.manual_seed(options.seed)  # the batch order (a resumed run restores its RNG from the checkpoint)
     exp_dir.mkdir(parents=True, exist_ok=True)
-    weights = dataclasses.replace(read_weights(folder), decoder_adaptation="")  # always adapt the original
+    weights = dataclasses.replace(read_weights(folder), adaptation="")  # always adapt the original
     recognizer = WhisperRecognizer(load_model(weights, cpu_threads=options.threads), weights)
     everything = load_split(corpus, "train")
     train_rows = nested_sample(everything, options.train_utterances, options.seed)

@@ -67,7 +67,7 @@ class WhisperDecoder(nn.Module):
 
     def adapted_variables(self) -> dict[str, np.ndarray]:
         """The trained variables under their CTranslate2 names, float16 as Whisper's file stores them."""
-        return {self.names[key]: p.detach().numpy().astype(np.float16)
+        return {self.names[key]: p.detach().float().cpu().numpy().astype(np.float16)
                 for key, p in self.weights.items() if p.requires_grad}
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:

@@ -96,9 +96,10 @@ class WhisperWeights:
     # a command whose best transcript lost its intent's key word may keep it in the runner-up; 0: the chosen
     # transcript alone
     candidate_temperature: float = 0.0
-    # an .npz of adapted decoder variables (`pasu whisper adapt`), relative to the folder, that replace
-    # Whisper's own; "": Whisper's decoder as its package ships it
-    decoder_adaptation: str = ""
+    # an .npz of trained variables, relative to the folder, that replace Whisper's own under their CTranslate2
+    # names: the decoder's (`pasu whisper adapt`) or encoder's and decoder's (`scripts/whisper_finetune.py`);
+    # "": Whisper as its package ships it
+    adaptation: str = ""
 
 
 def is_whisper_folder(folder: str | os.PathLike) -> bool:
@@ -144,16 +145,16 @@ def _package_folder(package: str, subfolder: str, model_name: str) -> Path:
 
 
 def model_files(weights: WhisperWeights, folder: str | os.PathLike | None = None) -> Path:
-    """The CTranslate2 folder to load: the package's own, or with `decoder_adaptation` (resolved against the
-    Whisper model folder `folder`) a copy whose decoder is the adapted one, built once under the cache folder."""
+    """The CTranslate2 folder to load: the package's own, or with `adaptation` (resolved against the
+    Whisper model folder `folder`) a copy with the adapted variables, built once under the cache folder."""
     base = weights_folder(weights)
-    if not weights.decoder_adaptation:
+    if not weights.adaptation:
         return base
     if folder is None:
-        raise ValueError("a decoder_adaptation is resolved against the model folder: pass it")
-    adaptation = Path(folder) / weights.decoder_adaptation
+        raise ValueError("an adaptation is resolved against the model folder: pass it")
+    adaptation = Path(folder) / weights.adaptation
     if not adaptation.is_file():
-        raise OSError(f"{Path(folder) / CONFIG_FILE} names decoder_adaptation {weights.decoder_adaptation}, which "
+        raise OSError(f"{Path(folder) / CONFIG_FILE} names adaptation {weights.adaptation}, which "
                       f"is not there; rebuild it with: pasu whisper adapt --model {folder} --corpus CORPUS "
                       f"--exp EXPDIR --out {adaptation}")
     from pasu.settings import cache_dir

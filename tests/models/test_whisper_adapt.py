@@ -34,7 +34,7 @@ def adapted(tmp_path_factory):
     folder.mkdir()
     # float32: CTranslate2's scores then match PyTorch's to rounding
     (folder / CONFIG_FILE).write_text(yaml.safe_dump({"compute_type": "float32", "beam_size": 1,
-                                                      "decoder_adaptation": "decoder.npz"}))
+                                                      "adaptation": "decoder.npz"}))
     adapt(folder, corpus, root / "exp", folder / "decoder.npz", OPTIONS)
     return corpus, folder, root / "exp"
 
@@ -104,7 +104,7 @@ def test_the_int8_served_model_is_the_same_from_the_packed_file_as_from_float16(
     for name, adaptation in (("packed", folder / "decoder.npz"), ("float16", tmp_path / "float16.npz")):
         (tmp_path / name).mkdir()
         shutil.copy(adaptation, tmp_path / name / "decoder.npz")
-        config = {"beam_size": 3, "decoder_adaptation": "decoder.npz"}  # compute_type int8, as served
+        config = {"beam_size": 3, "adaptation": "decoder.npz"}  # compute_type int8, as served
         (tmp_path / name / CONFIG_FILE).write_text(yaml.safe_dump(config))
         recognizer = WhisperRecognizer.from_folder(tmp_path / name)
         encoded = recognizer._encode(read_audio(dev[0].audio))
@@ -114,7 +114,7 @@ def test_the_int8_served_model_is_the_same_from_the_packed_file_as_from_float16(
 
 
 def test_a_missing_adaptation_file_names_the_command_that_rebuilds_it(tmp_path):
-    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"decoder_adaptation": "gone.npz"}))
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"adaptation": "gone.npz"}))
     with pytest.raises(OSError, match="pasu whisper adapt"):
         WhisperRecognizer.from_folder(tmp_path)
 

@@ -55,7 +55,7 @@ def test_the_shipped_cloud_runs_its_adapted_decoder_and_says_so_in_its_model_id(
     from pasu.models.whisper_recognizer import model_files, weights_folder
 
     weights = read_weights(CLOUD)
-    assert weights.decoder_adaptation and (CLOUD / weights.decoder_adaptation).is_file()
+    assert weights.adaptation and (CLOUD / weights.adaptation).is_file()
     packaged = weights_digest(weights_folder(weights) / "model.bin")
     adapted = weights_digest(model_files(weights, CLOUD) / "model.bin")
     assert adapted != packaged and whisper.model_id.startswith(f"whisper-tiny.en@{adapted}")
