@@ -455,7 +455,7 @@ def _register_whisper(sub: argparse._SubParsersAction) -> None:
     whisper = sub.add_parser(
         "whisper", help="the cloud's Whisper recognizer: adapt its decoder to our commands",
         epilog="Example: pasu whisper adapt --model models/shipped/cloud --corpus data/corpus-full --exp "
-               "exp/whisper-adapt --out models/shipped/cloud/whisper_decoder.npz",
+               "exp/whisper-adapt --out exp/whisper_decoder.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = whisper.add_subparsers(dest="whisper_command", metavar="COMMAND", required=True)
     adapt = commands.add_parser(
@@ -465,7 +465,7 @@ def _register_whisper(sub: argparse._SubParsersAction) -> None:
                     "keep the weights of the lowest dev loss, and write them as an .npz that whisper.yaml's\n"
                     "`adaptation` names. Running the same command again resumes.",
         epilog="Example: pasu whisper adapt --model models/shipped/cloud --corpus data/corpus-full --exp "
-               "exp/whisper-adapt --out models/shipped/cloud/whisper_decoder.npz",
+               "exp/whisper-adapt --out exp/whisper_decoder.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     adapt.add_argument("--model", type=Path, required=True, help="a Whisper model folder (whisper.yaml)")
     adapt.add_argument("--corpus", type=Path, required=True, help="corpus folder (train and dev splits)")

@@ -70,8 +70,10 @@ class FinetuneOptions:
 # --- here: the pack --------------------------------------------------------------------------------------
 
 
-def write_pack(cloud_folder: Path, corpus: Path, out: Path, options: PackOptions = PackOptions()) -> list[Path]:
-    """Write part0, part1, ... under `out` (part0 with the weights and dev); returns them."""
+def write_pack(cloud_folder: Path, corpus: Path, out: Path, options: PackOptions = PackOptions(),
+               start_from: Path | None = None) -> list[Path]:
+    """Write part0, part1, ... under `out` (part0 with the weights and dev); returns them. The weights are
+    Whisper's with `start_from` applied (an adaptation .npz; by default the one the folder's whisper.yaml names)."""
     from pasu.models.ctranslate2_file import read_model_file
     from pasu.models.data import load_split
     from pasu.models.whisper_adapt import nested_sample
@@ -87,8 +89,9 @@ def write_pack(cloud_folder: Path, corpus: Path, out: Path, options: PackOptions
     vocabulary = sorted({t for tokens in rows.values() for t in tokens} | set(recognizer.prompt))
 
     variables = read_model_file(weights_folder(weights) / "model.bin").variables
-    if weights.adaptation:
-        variables = {**variables, **unpack_adaptation(Path(cloud_folder) / weights.adaptation)}
+    start_from = start_from or (Path(cloud_folder) / weights.adaptation if weights.adaptation else None)
+    if start_from is not None:
+        variables = {**variables, **unpack_adaptation(start_from)}
     kept = {name: value for name, value in variables.items()
             if name.startswith(("encoder/", "decoder/")) and name != "decoder/embeddings/weight"}
     kept["decoder/embeddings/weight"] = variables["decoder/embeddings/weight"][vocabulary]
@@ -99,26 +102,35 @@ def write_pack(cloud_folder: Path, corpus: Path, out: Path, options: PackOptions
     np.savez(part0 / PACK_WEIGHTS, **_packed(kept))
     streams = _write_streams(out / "streams", "dev", dev, options) + _write_streams(out / "streams", "train", train,
                                                                                       options)
+    meta = {"prompt": recognizer.prompt, "eot": recognizer.tokenizer.eot, "vocabulary": vocabulary,
+            "pieces": [recognizer.tokenizer.decode([t]) if t < recognizer.tokenizer.eot else "" for t in vocabulary],
+            "model": weights.name, "start_from": str(start_from or "")}
+    parts = _fill_parts(out, streams, rows, len(json.dumps(meta)), options.part_mib)
+    for folder, listed in parts.items():
+        (folder / PACK_INDEX).write_text(json.dumps({**(meta if folder == part0 else {}), "utterances": listed}))
+    return list(parts)
+
+
+def _fill_parts(out: Path, streams: list[tuple[str, list]], rows: dict[str, list[int]], meta_bytes: int,
+                part_mib: float) -> dict[Path, list[dict]]:
+    """Move the streams from out/streams into part0 (which holds the weights and will hold `meta_bytes` of index
+    header), part1, ... in order, each part under `part_mib` with its index rows counted; the rows of each."""
+    part0 = out / "part0"
     parts: dict[Path, list[dict]] = {part0: []}
-    folder, size = part0, (part0 / PACK_WEIGHTS).stat().st_size + 2 * len(json.dumps(vocabulary))
+    folder, size = part0, (part0 / PACK_WEIGHTS).stat().st_size + meta_bytes
     for name, utterances in streams:  # dev first, so it lands in part0
-        rows_here = [{**place, "id": u.id, "split": name.split("-")[0], "text": u.text, "tokens": rows[u.id]}
-                     for u, place in utterances]
-        added = (out / "streams" / name).stat().st_size + sum(len(json.dumps(r)) + 2 for r in rows_here)
-        if size + added > options.part_mib * 2**20:
+        listed = [{**place, "id": u.id, "split": name.split("-")[0], "text": u.text, "tokens": rows[u.id]}
+                  for u, place in utterances]
+        added = (out / "streams" / name).stat().st_size + sum(len(json.dumps(r)) + 2 for r in listed)
+        if size + added > part_mib * 2**20:
             folder, size = out / f"part{len(parts)}", 0
             folder.mkdir(exist_ok=True)
             parts[folder] = []
         (out / "streams" / name).rename(folder / name)
-        parts[folder] += rows_here
+        parts[folder] += listed
         size += added
     (out / "streams").rmdir()
-    meta = {"prompt": recognizer.prompt, "eot": recognizer.tokenizer.eot, "vocabulary": vocabulary,
-            "pieces": [recognizer.tokenizer.decode([t]) if t < recognizer.tokenizer.eot else "" for t in vocabulary],
-            "model": weights.name}
-    for folder, listed in parts.items():
-        (folder / PACK_INDEX).write_text(json.dumps({**(meta if folder == part0 else {}), "utterances": listed}))
-    return list(parts)
+    return parts
 
 
 def _packed(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -130,7 +142,8 @@ def _packed(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _unpacked(path: Path) -> dict[str, np.ndarray]:
-    """A pack's weights: int8 rows back to float32, floats as float32, integers (head counts) as stored."""
+    """A pack's weights: int8 rows back to float32, floats as float32, integers (head counts) as stored
+    (`unpack_adaptation` returns the float16 a CTranslate2 file stores, and knows no integers)."""
     with np.load(path) as npz:
         stored = {name: npz[name] for name in npz.files}
     return {name: (value / stored[name + SCALE_SUFFIX]).astype(np.float32) if name + SCALE_SUFFIX in stored

@@ -1,7 +1,9 @@
 """Fine-tune all of Whisper on our commands on a lent GPU (models/whisper_finetune.py): `pack` here, `train` there.
 
+    pasu whisper adapt --model models/shipped/cloud --corpus data/corpus-full --exp exp/whisper-adapt \
+        --out exp/whisper_decoder.npz --train-utterances 4000 --max-steps 800     # the decoder first, on the CPU
     .venv/bin/python scripts/whisper_finetune.py pack --cloud models/shipped/cloud --corpus data/corpus-full \
-        --out exp/wpack --set train_utterances=28000 --set part_mib=59
+        --start-from exp/whisper_decoder.npz --out exp/wpack --set train_utterances=28000 --set part_mib=59
     python3 scripts/whisper_finetune.py train --packs part0 part1 --out $OUT --set minutes=7   # on the GPU
     .venv/bin/python scripts/whisper_finetune.py report RUN        # RUN: what train wrote; WER before and after
     .venv/bin/python scripts/whisper_finetune.py install RUN --out models/shipped/cloud/whisper_adaptation.npz
@@ -40,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     pack.add_argument("--cloud", type=Path, required=True, help="the cloud model folder (whisper.yaml)")
     pack.add_argument("--corpus", type=Path, required=True)
     pack.add_argument("--out", type=Path, required=True)
+    pack.add_argument("--start-from", type=Path, default=None,
+                      help="an adaptation .npz to start from (default: the one the cloud's whisper.yaml names)")
     train = verbs.add_parser("train", help="fine-tune on the packs (on the GPU where there is one)")
     train.add_argument("--packs", type=Path, nargs="+", required=True)
     train.add_argument("--out", type=Path, required=True)
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         overrides[key] = value.lower() in ("1", "true", "yes") if isinstance(default, bool) else type(default)(value)
     options = cls(**overrides)
     if args.verb == "pack":
-        for part in wf.write_pack(args.cloud, args.corpus, args.out, options):
+        for part in wf.write_pack(args.cloud, args.corpus, args.out, options, args.start_from):
             size = sum(f.stat().st_size for f in part.iterdir())
             print(f"{part}: {size / 2**20:.1f} MiB")
     else:
