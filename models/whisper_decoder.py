@@ -10,15 +10,14 @@ to the token embedding), and writes trained weights back under their CTranslate2
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-LAYER_NORM_EPS = 1e-5
+from pasu.models.whisper_layers import WhisperPart
+
 SCALE_SUFFIX = ":int8_scale"  # an .npz key holding the row scales of the int8 matrix named before it
 
 
@@ -29,23 +28,11 @@ def is_adaptable(name: str) -> bool:
     return name.startswith("decoder/layer_") or name.startswith("decoder/layer_norm/")
 
 
-class WhisperDecoder(nn.Module):
+class WhisperDecoder(WhisperPart):
     """Teacher-forced Whisper decoding: (prompt + text tokens, encoder output) -> next-token logits."""
 
     def __init__(self, variables: dict[str, np.ndarray]):
-        super().__init__()
-        self.heads = int(variables["decoder/num_heads"])
-        self.layers = sum(1 for name in variables if name.startswith("decoder/layer_") and name.endswith(
-            "self_attention/linear_0/weight"))
-        # CTranslate2 names hold "/" ; parameter names may not hold "."
-        self.names = {_key(name): name for name in variables
-                      if name.startswith("decoder/") and variables[name].dtype.kind == "f" and variables[name].ndim}
-        self.weights = nn.ParameterDict({
-            key: nn.Parameter(torch.from_numpy(variables[name].astype(np.float32)), requires_grad=is_adaptable(name))
-            for key, name in self.names.items()})
-
-    def w(self, name: str) -> torch.Tensor:
-        return self.weights[_key("decoder/" + name)]
+        super().__init__(variables, "decoder/", is_adaptable)
 
     def forward(self, tokens: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] (right-padded: causal attention keeps padding out of earlier positions),
@@ -60,27 +47,10 @@ class WhisperDecoder(nn.Module):
             h = self._norm(x, layer + "attention/layer_norm")
             q = self._linear(h, layer + "attention/linear_0")
             k, v = self._linear(encoded, layer + "attention/linear_1").chunk(2, dim=-1)
-            x = x + self._linear(self._attend(q, k, v, None), layer + "attention/linear_2")
+            x = x + self._linear(self._attend(q, k, v), layer + "attention/linear_2")
             h = self._norm(x, layer + "ffn/layer_norm")
             x = x + self._linear(F.gelu(self._linear(h, layer + "ffn/linear_0")), layer + "ffn/linear_1")
         return self._norm(x, "layer_norm") @ self.w("embeddings/weight").T
-
-    def adapted_variables(self) -> dict[str, np.ndarray]:
-        """The trained variables under their CTranslate2 names, float16 as Whisper's file stores them."""
-        return {self.names[key]: p.detach().float().cpu().numpy().astype(np.float16)
-                for key, p in self.weights.items() if p.requires_grad}
-
-    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.linear(x, self.w(name + "/weight"), self.w(name + "/bias"))
-
-    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:], self.w(name + "/gamma"), self.w(name + "/beta"), LAYER_NORM_EPS)
-
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        split = lambda t: t.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # noqa: E731  [B, H, T, d]
-        out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask,
-                                             scale=1.0 / math.sqrt(q.shape[-1] // self.heads))
-        return out.transpose(1, 2).flatten(-2)
 
 
 def pack_adaptation(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -111,7 +81,3 @@ def token_logprobs(decoder: WhisperDecoder, tokens: torch.Tensor, encoded: torch
     """log P(tokens[:, t + 1] | tokens[:, : t + 1], audio) for every position: [B, T - 1]."""
     logits = decoder(tokens[:, :-1], encoded)
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:, None])[..., 0]
-
-
-def _key(name: str) -> str:
-    return name.replace("/", ":")

@@ -11,18 +11,16 @@ as the decoder's do (`models/whisper_decoder.py`), so one adaptation file can ho
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
+
+from pasu.models.whisper_layers import WhisperPart
 
 SAMPLE_RATE = 16000
 N_FFT = 400
 HOP = 160
 WINDOW_FRAMES = 3000  # 30 s of 10-ms frames: the encoder's fixed input
-LAYER_NORM_EPS = 1e-5
 
 
 def mel_filters(n_mels: int = 80) -> np.ndarray:
@@ -52,24 +50,13 @@ def log_mel(waveforms: torch.Tensor, lengths: torch.Tensor, filters: torch.Tenso
     return F.pad(logs, (0, WINDOW_FRAMES - logs.shape[-1]))
 
 
-class WhisperEncoder(nn.Module):
+class WhisperEncoder(WhisperPart):
     """Log-mel features [B, n_mels, 3000] -> encoder output [B, 1500, width], as CTranslate2 computes it."""
 
     def __init__(self, variables: dict[str, np.ndarray], trainable: bool = True):
-        super().__init__()
-        self.heads = int(variables["encoder/num_heads"])
-        self.layers = sum(1 for name in variables
-                          if name.startswith("encoder/layer_") and name.endswith("self_attention/linear_0/weight"))
-        self.names = {_key(name): name for name in variables
-                      if name.startswith("encoder/") and variables[name].dtype.kind == "f" and variables[name].ndim}
         # the sinusoidal positions are a function, not a weight: they stay as Whisper has them
-        self.weights = nn.ParameterDict({
-            key: nn.Parameter(torch.from_numpy(variables[name].astype(np.float32)),
-                              requires_grad=trainable and not name.endswith("position_encodings/encodings"))
-            for key, name in self.names.items()})
-
-    def w(self, name: str) -> torch.Tensor:
-        return self.weights[_key("encoder/" + name)]
+        super().__init__(variables, "encoder/",
+                         lambda name: trainable and not name.endswith("position_encodings/encodings"))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         x = F.gelu(F.conv1d(features, self.w("conv1/weight"), self.w("conv1/bias"), padding=1))
@@ -83,24 +70,3 @@ class WhisperEncoder(nn.Module):
             h = self._norm(x, layer + "ffn/layer_norm")
             x = x + self._linear(F.gelu(self._linear(h, layer + "ffn/linear_0")), layer + "ffn/linear_1")
         return self._norm(x, "layer_norm")
-
-    def adapted_variables(self) -> dict[str, np.ndarray]:
-        """The trained variables under their CTranslate2 names, float16 as Whisper's file stores them."""
-        return {self.names[key]: p.detach().float().cpu().numpy().astype(np.float16)
-                for key, p in self.weights.items() if p.requires_grad}
-
-    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.linear(x, self.w(name + "/weight"), self.w(name + "/bias"))
-
-    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:], self.w(name + "/gamma"), self.w(name + "/beta"), LAYER_NORM_EPS)
-
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        split = lambda t: t.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # noqa: E731  [B, H, T, d]
-        out = F.scaled_dot_product_attention(split(q), split(k), split(v),
-                                             scale=1.0 / math.sqrt(q.shape[-1] // self.heads))
-        return out.transpose(1, 2).flatten(-2)
-
-
-def _key(name: str) -> str:
-    return name.replace("/", ":")
