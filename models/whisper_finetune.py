@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import random
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.nn import functional as F
+from tqdm import tqdm
 
 from pasu.models.whisper_decoder import SCALE_SUFFIX, WhisperDecoder, pack_adaptation, unpack_adaptation
 from pasu.models.whisper_encoder import SAMPLE_RATE, WhisperEncoder, log_mel
@@ -159,7 +160,8 @@ def _write_streams(folder: Path, split: str, utterances: list, options: PackOpti
     jobs = [(folder / f"{split}-{k // step:04d}.ogg", utterances[k : k + step], options.bitrate_kbps)
             for k in range(0, len(utterances), step)]
     with ProcessPoolExecutor(max_workers=options.workers) as pool:
-        return list(pool.map(_write_stream, jobs))
+        return list(tqdm(pool.map(_write_stream, jobs), total=len(jobs), desc=f"{split} streams", unit="stream",
+                         dynamic_ncols=True))
 
 
 def _write_stream(job: tuple[Path, list, float]) -> tuple[str, list]:
@@ -204,7 +206,7 @@ def read_packs(folders: list[Path]) -> _Data:
     index = {t: i for i, t in enumerate(meta["vocabulary"])}
     jobs = [(folder, name) for folder in folders
             for name in sorted({u["stream"] for u in json.loads((folder / PACK_INDEX).read_text())["utterances"]})]
-    with ProcessPoolExecutor(max_workers=16) as pool:
+    with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
         audio = dict(zip(jobs, pool.map(_decode_stream, jobs)))
     data = _Data(meta, _unpacked(first / PACK_WEIGHTS), [], [])
     for folder in folders:
@@ -236,76 +238,103 @@ class _Whisper(torch.nn.Module):
 
 
 def finetune(folders: list[Path], out: Path, options: FinetuneOptions = FinetuneOptions()) -> dict:
-    """Train on the packs in `folders`; write encoder.npz, decoder.npz, dev-hypotheses.json, summary.json."""
+    """Train on the packs in `folders`; write encoder.npz, decoder.npz, dev-hypotheses.json, history.json and
+    summary.json to `out`."""
     started = time.monotonic()
     data = read_packs(folders)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     data = data.to(device)
-    torch.manual_seed(options.seed)
-    rng = random.Random(options.seed)
     log.info("read %d train and %d dev utterances in %.0f s on %s", len(data.train), len(data.dev),
              time.monotonic() - started, device)
-    model = _Whisper(data.weights).to(device)
-    filters = torch.from_numpy(data.weights["mel_filters"]).to(device)
-    prompt = [data.meta["vocabulary"].index(t) for t in data.meta["prompt"]]
-    eot = data.meta["vocabulary"].index(data.meta["eot"])
-    trained = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trained, lr=options.lr, betas=(0.9, 0.98), weight_decay=options.weight_decay)
     out.mkdir(parents=True, exist_ok=True)
-    history: list[dict] = []
-
-    def dev_loss() -> float:
-        model.eval()
-        with torch.no_grad():
-            losses = [_loss(model, filters, prompt, data.dev[i : i + 100], False).item()
-                      for i in range(0, len(data.dev), 100)]
-        model.train()
-        return float(np.mean(losses))
-
-    before = _greedy_texts(model, filters, prompt, eot, data, options)
-    # the state kept: as it came, until training beats its dev loss
-    best_loss, best_state, step = dev_loss(), copy.deepcopy(model.state_dict()), 0
-    history.append({"step": 0, "dev_loss": best_loss, "seconds": 0.0})
-    log.info("step 0: dev loss %.4f", best_loss)
-    train_started = last_eval = time.monotonic()
-    budget = 60.0 * options.minutes
-    order: list[int] = []
-    while (elapsed := time.monotonic() - train_started) < budget:
-        if len(order) < options.batch_size:
-            order = list(range(len(data.train)))
-            rng.shuffle(order)
-        batch, order = [data.train[i] for i in order[: options.batch_size]], order[options.batch_size :]
-        step += 1
-        lr = options.lr * min(1.0, step / options.warmup_steps) * max(0.0, 1.0 - elapsed / budget)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss = _loss(model, filters, prompt, batch, options.spec_augment)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trained, options.grad_clip)
-        optimizer.step()
-        if time.monotonic() - last_eval >= options.eval_seconds or time.monotonic() - train_started >= budget:
-            current = dev_loss()
-            history.append({"step": step, "dev_loss": current, "train_loss": loss.item(), "lr": lr,
-                            "seconds": round(time.monotonic() - train_started, 1)})
-            log.info("step %d: train loss %.4f, dev loss %.4f (best %.4f), lr %.2e", step, loss.item(), current,
-                     min(best_loss, current), lr)
-            if current < best_loss:
-                best_loss, best_state = current, copy.deepcopy(model.state_dict())
-            last_eval = time.monotonic()
-            (out / "history.json").write_text(json.dumps(history, indent=1))
-    model.load_state_dict(best_state)
-    after = _greedy_texts(model, filters, prompt, eot, data, options)
+    trainer = _Trainer(data, device, options, out)
+    before = trainer.greedy_texts()
+    trainer.run()
+    after = trainer.greedy_texts()
+    model = trainer.model
     np.savez(out / "encoder.npz", **pack_adaptation(model.encoder.adapted_variables()))
     np.savez(out / "decoder.npz", **pack_adaptation(model.decoder.adapted_variables()))
-    summary = {"steps": step, "train_utterances": len(data.train), "dev_utterances": len(data.dev),
-               "best_dev_loss": best_loss, "initial_dev_loss": history[0]["dev_loss"], "history": history,
-               "options": options.__dict__, "seconds": round(time.monotonic() - started, 1),
+    summary = {"steps": trainer.step, "train_utterances": len(data.train), "dev_utterances": len(data.dev),
+               "best_dev_loss": trainer.best_loss, "initial_dev_loss": trainer.history[0]["dev_loss"],
+               "history": trainer.history, "options": options.__dict__,
+               "seconds": round(time.monotonic() - started, 1),
                "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "dev-hypotheses.json").write_text(json.dumps(
         [{"text": text, "before": b, "after": a} for (_, _, text), b, a in zip(data.dev, before, after)]))
     return summary
+
+
+class _Trainer:
+    """AdamW over encoder and decoder blocks for a time box; dev loss now and then; the lowest-loss state kept."""
+
+    def __init__(self, data: _Data, device: torch.device, options: FinetuneOptions, out: Path):
+        self.data, self.options, self.out = data, options, out
+        self.model = _Whisper(data.weights).to(device)
+        self.filters = torch.from_numpy(data.weights["mel_filters"]).to(device)
+        self.prompt = [data.meta["vocabulary"].index(t) for t in data.meta["prompt"]]
+        self.eot = data.meta["vocabulary"].index(data.meta["eot"])
+        self.trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trained, lr=options.lr, betas=(0.9, 0.98),
+                                           weight_decay=options.weight_decay)
+        torch.manual_seed(options.seed)
+        self.rng = random.Random(options.seed)
+        self.step, self.order = 0, []
+        # the state kept: as it came, until training beats its dev loss
+        self.best_loss, self.best_state = self.dev_loss(), copy.deepcopy(self.model.state_dict())
+        self.history: list[dict] = [{"step": 0, "dev_loss": self.best_loss, "seconds": 0.0}]
+        log.info("step 0: dev loss %.4f", self.best_loss)
+
+    def run(self) -> None:
+        started = last_eval = time.monotonic()
+        budget = 60.0 * self.options.minutes
+        while (elapsed := time.monotonic() - started) < budget:
+            loss = self._train_step(elapsed / budget)
+            now = time.monotonic()
+            if now - last_eval >= self.options.eval_seconds or now - started >= budget:
+                self._evaluate(loss, round(now - started, 1))
+                last_eval = time.monotonic()
+        self.model.load_state_dict(self.best_state)
+
+    def _train_step(self, spent: float) -> float:
+        """One batch; the learning rate warms up over steps and decays linearly over the time box (`spent`)."""
+        o = self.options
+        if len(self.order) < o.batch_size:  # a new epoch
+            self.order = list(range(len(self.data.train)))
+            self.rng.shuffle(self.order)
+        batch = [self.data.train[i] for i in self.order[: o.batch_size]]
+        self.order = self.order[o.batch_size :]
+        self.step += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = o.lr * min(1.0, self.step / o.warmup_steps) * max(0.0, 1.0 - spent)
+        loss = _loss(self.model, self.filters, self.prompt, batch, o.spec_augment)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.trained, o.grad_clip)
+        self.optimizer.step()
+        return loss.item()
+
+    def _evaluate(self, train_loss: float, seconds: float) -> None:
+        current = self.dev_loss()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.history.append({"step": self.step, "dev_loss": current, "train_loss": train_loss, "lr": lr,
+                             "seconds": seconds})
+        log.info("step %d: train loss %.4f, dev loss %.4f (best %.4f), lr %.2e", self.step, train_loss, current,
+                 min(self.best_loss, current), lr)
+        if current < self.best_loss:
+            self.best_loss, self.best_state = current, copy.deepcopy(self.model.state_dict())
+        (self.out / "history.json").write_text(json.dumps(self.history, indent=1))
+
+    def dev_loss(self) -> float:
+        self.model.eval()
+        with torch.no_grad():
+            losses = [_loss(self.model, self.filters, self.prompt, self.data.dev[i : i + 100], False).item()
+                      for i in range(0, len(self.data.dev), 100)]
+        self.model.train()
+        return float(np.mean(losses))
+
+    def greedy_texts(self) -> list[str]:
+        return _greedy_texts(self.model, self.filters, self.prompt, self.eot, self.data, self.options)
 
 
 def _features(filters: torch.Tensor, waves: list[torch.Tensor], augment: bool) -> torch.Tensor:
