@@ -69,12 +69,17 @@ def pack_adaptation(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return packed
 
 
-def unpack_adaptation(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The float16 variables of an adaptation .npz, packed (`pack_adaptation`) or written as plain float16."""
+def unpack_adaptation(path: str | os.PathLike, dtype: type = np.float16) -> dict[str, np.ndarray]:
+    """The variables of an adaptation .npz, packed (`pack_adaptation`) or written plain: floats as `dtype` (float16,
+    as a CTranslate2 file stores them, by default), anything else (a head count) as stored."""
     with np.load(path) as npz:
         stored = {name: npz[name] for name in npz.files}
-    return {name: (value / stored[name + SCALE_SUFFIX] if name + SCALE_SUFFIX in stored else value).astype(np.float16)
-            for name, value in stored.items() if not name.endswith(SCALE_SUFFIX)}
+    def unpacked(name: str, value: np.ndarray) -> np.ndarray:
+        if name + SCALE_SUFFIX in stored:
+            return (value / stored[name + SCALE_SUFFIX]).astype(dtype)
+        return value.astype(dtype) if value.dtype.kind == "f" else value
+
+    return {name: unpacked(name, value) for name, value in stored.items() if not name.endswith(SCALE_SUFFIX)}
 
 
 def token_logprobs(decoder: WhisperDecoder, tokens: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pasu.models.whisper_decoder import SCALE_SUFFIX, WhisperDecoder, pack_adaptation, unpack_adaptation
+from pasu.models.whisper_decoder import WhisperDecoder, pack_adaptation, unpack_adaptation
 from pasu.models.whisper_encoder import SAMPLE_RATE, WhisperEncoder, log_mel
 
 log = logging.getLogger(__name__)
@@ -142,16 +142,6 @@ def _packed(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {**{n: v for n, v in variables.items() if n not in linear}, **pack_adaptation(linear)}
 
 
-def _unpacked(path: Path) -> dict[str, np.ndarray]:
-    """A pack's weights: int8 rows back to float32, floats as float32, integers (head counts) as stored
-    (`unpack_adaptation` returns the float16 a CTranslate2 file stores, and knows no integers)."""
-    with np.load(path) as npz:
-        stored = {name: npz[name] for name in npz.files}
-    return {name: (value / stored[name + SCALE_SUFFIX]).astype(np.float32) if name + SCALE_SUFFIX in stored
-            else value.astype(np.float32) if value.dtype.kind == "f" else value
-            for name, value in stored.items() if not name.endswith(SCALE_SUFFIX)}
-
-
 def _write_streams(folder: Path, split: str, utterances: list, options: PackOptions) -> list[tuple[str, list]]:
     """Ogg Opus streams of `utterances_per_stream` utterances each, encoded in parallel:
     [(file name, [(utterance, {"stream", "start", "length"})])]."""
@@ -202,15 +192,16 @@ def read_packs(folders: list[Path]) -> _Data:
     first = next((f for f in folders if (f / PACK_WEIGHTS).exists()), None)
     if first is None:
         raise FileNotFoundError(f"none of {[str(f) for f in folders]} holds {PACK_WEIGHTS} (part 0)")
-    meta = json.loads((first / PACK_INDEX).read_text())
+    indexes = {folder: json.loads((folder / PACK_INDEX).read_text()) for folder in folders}
+    meta = indexes[first]
     index = {t: i for i, t in enumerate(meta["vocabulary"])}
     jobs = [(folder, name) for folder in folders
-            for name in sorted({u["stream"] for u in json.loads((folder / PACK_INDEX).read_text())["utterances"]})]
+            for name in sorted({u["stream"] for u in indexes[folder]["utterances"]})]
     with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
         audio = dict(zip(jobs, pool.map(_decode_stream, jobs)))
-    data = _Data(meta, _unpacked(first / PACK_WEIGHTS), [], [])
+    data = _Data(meta, unpack_adaptation(first / PACK_WEIGHTS, np.float32), [], [])
     for folder in folders:
-        for u in json.loads((folder / PACK_INDEX).read_text())["utterances"]:
+        for u in indexes[folder]["utterances"]:
             wave = torch.from_numpy(audio[(folder, u["stream"])][u["start"] : u["start"] + u["length"]])
             tokens = [index[t] for t in u["tokens"]]
             if u["split"] == "dev":
