@@ -162,13 +162,20 @@ def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = N
     from pasu.device.intent_offramp import READER_CHAR_NGRAMS
     from pasu.models.intent_reader import IntentReader, ReaderOptions
 
+    sentences = training_sentences(corpora)
+    print(f"intent reader: fitting on {len(sentences)} training sentences", flush=True)
+    options = options or ReaderOptions(char_ngram_max=READER_CHAR_NGRAMS)
+    return IntentReader.fit(list(sentences), list(sentences.values()), options)
+
+
+def training_sentences(corpora: Sequence[Path]) -> dict[str, str]:
+    """sentence -> intent over the distinct sentences of the corpora's training splits (the first corpus's label
+    wins a sentence two corpora hold)."""
     sentences: dict[str, str] = {}
     for corpus in corpora:
         for utterance in load_split(corpus, "train"):
             sentences.setdefault(utterance.text, utterance.intent)
-    print(f"intent reader: fitting on {len(sentences)} training sentences", flush=True)
-    options = options or ReaderOptions(char_ngram_max=READER_CHAR_NGRAMS)
-    return IntentReader.fit(list(sentences), list(sentences.values()), options)
+    return sentences
 
 
 def cloud_word_edits(folder: Path, utterances: Sequence[Utterance], cache: Path) -> list[int]:

@@ -1,0 +1,123 @@
+"""Recognition errors as a recognizer makes them, learned from its transcripts and put into clean sentences.
+
+A text classifier trained only on the clean training sentences reads a recognizer's transcripts worse than it
+reads those sentences: the words it leans on are the ones the recognizer mishears. `ConfusionModel` counts, from
+(reference, transcript) pairs, what happens to each reference word (kept, replaced by which word, dropped) and
+how often words are inserted, and `corrupt` writes sentences as that recognizer might have heard them.
+`scripts/reader_noise_check.py` fits the device's intent reader on such copies beside the clean sentences; on the
+shipped device's dev replays they did not help (the offramp card has the numbers), so the shipped reader learns the
+clean sentences alone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+DROP = ""  # the outcome "the word was not heard"
+
+
+def aligned_words(ref: str, hyp: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(reference word, what was heard in its place: a word or DROP) for every reference word, and the words
+    heard in no reference word's place (insertions); difflib's matching blocks, unequal replaced runs paired
+    from the left."""
+    ref_words, hyp_words = ref.split(), hyp.split()
+    pairs: list[tuple[str, str]] = []
+    inserted: list[str] = []
+    matcher = difflib.SequenceMatcher(a=ref_words, b=hyp_words, autojunk=False)
+    for _, i1, i2, j1, j2 in matcher.get_opcodes():
+        heard = hyp_words[j1:j2]
+        for k, word in enumerate(ref_words[i1:i2]):
+            pairs.append((word, heard[k] if k < len(heard) else DROP))
+        inserted.extend(heard[i2 - i1:])
+    return pairs, inserted
+
+
+@dataclass
+class ConfusionModel:
+    """What a recognizer does to each word, counted over its transcripts."""
+
+    outcomes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # word -> heard -> count
+    inserted: Counter = field(default_factory=Counter)  # words heard in no reference word's place
+    ref_words: int = 0  # reference words counted
+    # a word seen fewer times than this borrows the overall rates (its own counts are too few to trust)
+    min_count: int = 3
+
+    @classmethod
+    def fit(cls, pairs: Iterable[tuple[str, str]], min_count: int = 3) -> ConfusionModel:
+        """Counted over (reference, transcript) pairs."""
+        model = cls(min_count=min_count)
+        for ref, hyp in pairs:
+            aligned, inserted = aligned_words(ref, hyp)
+            for word, heard in aligned:
+                model.outcomes[word][heard] += 1
+            model.inserted.update(inserted)
+            model.ref_words += len(aligned)
+        if not model.ref_words:
+            raise ValueError("a confusion model needs transcripts of non-empty references")
+        return model
+
+    def rates(self) -> tuple[float, float, float]:
+        """The overall share of reference words replaced and dropped, and insertions per reference word."""
+        replaced = sum(n for word, heard in self.outcomes.items() for h, n in heard.items() if h not in (word, DROP))
+        dropped = sum(heard[DROP] for heard in self.outcomes.values())
+        return replaced / self.ref_words, dropped / self.ref_words, sum(self.inserted.values()) / self.ref_words
+
+    def corrupt(self, sentences: Iterable[str], seed: int = 0) -> list[str]:
+        """Each sentence as the recognizer might have heard it (seeded: the same copies each time)."""
+        rng = np.random.default_rng(seed)
+        replaced, dropped, inserting = self.rates()
+        tables = _Tables()
+        substitutes = Counter()  # what an unfamiliar word becomes: any word heard in place of another
+        for word, heard in self.outcomes.items():
+            substitutes.update({h: n for h, n in heard.items() if h not in (word, DROP)})
+        substitutes = substitutes or Counter({DROP: 1})
+        copies = []
+        for sentence in sentences:
+            heard: list[str] = []
+            for word in sentence.split():
+                seen = self.outcomes.get(word)
+                if seen is not None and sum(seen.values()) >= self.min_count:
+                    outcome = tables.draw(word, seen, rng)
+                else:
+                    u = rng.random()
+                    outcome = word if u >= replaced + dropped else DROP if u < dropped else \
+                        tables.draw(None, substitutes, rng)
+                if outcome:
+                    heard.append(outcome)
+                if self.inserted and rng.random() < inserting:
+                    heard.append(tables.draw("", self.inserted, rng))
+            copies.append(" ".join(heard))
+        return copies
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps({"outcomes": self.outcomes, "inserted": self.inserted,
+                                    "ref_words": self.ref_words, "min_count": self.min_count}))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ConfusionModel:
+        saved = json.loads(Path(path).read_text())
+        outcomes = defaultdict(Counter, {w: Counter(h) for w, h in saved["outcomes"].items()})
+        return cls(outcomes, Counter(saved["inserted"]), saved["ref_words"], saved["min_count"])
+
+
+class _Tables:
+    """Cumulative distributions of the counters drawn from, built on first use."""
+
+    def __init__(self) -> None:
+        self._built: dict[str | None, tuple[list[str], np.ndarray]] = {}
+
+    def draw(self, key: str | None, counts: Counter, rng: np.random.Generator) -> str:
+        if key not in self._built:
+            weights = np.cumsum(np.fromiter(counts.values(), float, len(counts)))
+            self._built[key] = (list(counts), weights / weights[-1])
+        words, cdf = self._built[key]
+        return words[min(int(np.searchsorted(cdf, rng.random(), side="right")), len(words) - 1)]
