@@ -12,11 +12,9 @@ clean sentences alone.
 from __future__ import annotations
 
 import difflib
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -84,38 +82,27 @@ class ConfusionModel:
             for word in sentence.split():
                 seen = self.outcomes.get(word)
                 if seen is not None and sum(seen.values()) >= self.min_count:
-                    outcome = tables.draw(word, seen, rng)
+                    outcome = tables.draw(("word", word), seen, rng)
                 else:
                     u = rng.random()
                     outcome = word if u >= replaced + dropped else DROP if u < dropped else \
-                        tables.draw(None, substitutes, rng)
+                        tables.draw(("substitute",), substitutes, rng)
                 if outcome:
                     heard.append(outcome)
                 if self.inserted and rng.random() < inserting:
-                    heard.append(tables.draw("", self.inserted, rng))
+                    heard.append(tables.draw(("inserted",), self.inserted, rng))
             copies.append(" ".join(heard))
         return copies
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps({"outcomes": self.outcomes, "inserted": self.inserted,
-                                    "ref_words": self.ref_words, "min_count": self.min_count}))
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> ConfusionModel:
-        saved = json.loads(Path(path).read_text())
-        outcomes = defaultdict(Counter, {w: Counter(h) for w, h in saved["outcomes"].items()})
-        return cls(outcomes, Counter(saved["inserted"]), saved["ref_words"], saved["min_count"])
 
 
 class _Tables:
     """Cumulative distributions of the counters drawn from, built on first use."""
 
     def __init__(self) -> None:
-        self._built: dict[str | None, tuple[list[str], np.ndarray]] = {}
+        self._built: dict[tuple[str, ...], tuple[list[str], np.ndarray]] = {}
 
-    def draw(self, key: str | None, counts: Counter, rng: np.random.Generator) -> str:
+    def draw(self, key: tuple[str, ...], counts: Counter, rng: np.random.Generator) -> str:
+        """A word drawn from `counts`, whose distribution is kept under `key`."""
         if key not in self._built:
             weights = np.cumsum(np.fromiter(counts.values(), float, len(counts)))
             self._built[key] = (list(counts), weights / weights[-1])
