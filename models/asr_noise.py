@@ -43,7 +43,6 @@ class ConfusionModel:
 
     outcomes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # word -> heard -> count
     inserted: Counter = field(default_factory=Counter)  # words heard in no reference word's place
-    ref_words: int = 0  # reference words counted
     # a word seen fewer times than this borrows the overall rates (its own counts are too few to trust)
     min_count: int = 3
 
@@ -56,33 +55,29 @@ class ConfusionModel:
             for word, heard in aligned:
                 model.outcomes[word][heard] += 1
             model.inserted.update(inserted)
-            model.ref_words += len(aligned)
-        if not model.ref_words:
+        if not model.outcomes:
             raise ValueError("a confusion model needs transcripts of non-empty references")
         return model
 
     def rates(self) -> tuple[float, float, float]:
         """The overall share of reference words replaced and dropped, and insertions per reference word."""
-        replaced = sum(n for word, heard in self.outcomes.items() for h, n in heard.items() if h not in (word, DROP))
+        words = sum(sum(heard.values()) for heard in self.outcomes.values())
         dropped = sum(heard[DROP] for heard in self.outcomes.values())
-        return replaced / self.ref_words, dropped / self.ref_words, sum(self.inserted.values()) / self.ref_words
+        return (sum(self._substitutes().values()) / words, dropped / words, sum(self.inserted.values()) / words)
 
     def corrupt(self, sentences: Iterable[str], seed: int = 0) -> list[str]:
         """Each sentence as the recognizer might have heard it (seeded: the same copies each time)."""
         rng = np.random.default_rng(seed)
         replaced, dropped, inserting = self.rates()
+        familiar = {word for word, heard in self.outcomes.items() if sum(heard.values()) >= self.min_count}
+        substitutes = self._substitutes() or Counter({DROP: 1})  # what an unfamiliar word becomes
         tables = _Tables()
-        substitutes = Counter()  # what an unfamiliar word becomes: any word heard in place of another
-        for word, heard in self.outcomes.items():
-            substitutes.update({h: n for h, n in heard.items() if h not in (word, DROP)})
-        substitutes = substitutes or Counter({DROP: 1})
         copies = []
         for sentence in sentences:
             heard: list[str] = []
             for word in sentence.split():
-                seen = self.outcomes.get(word)
-                if seen is not None and sum(seen.values()) >= self.min_count:
-                    outcome = tables.draw(("word", word), seen, rng)
+                if word in familiar:
+                    outcome = tables.draw(("word", word), self.outcomes[word], rng)
                 else:
                     u = rng.random()
                     outcome = word if u >= replaced + dropped else DROP if u < dropped else \
@@ -93,6 +88,13 @@ class ConfusionModel:
                     heard.append(tables.draw(("inserted",), self.inserted, rng))
             copies.append(" ".join(heard))
         return copies
+
+    def _substitutes(self) -> Counter:
+        """Every word heard in place of another, counted over all reference words."""
+        substitutes = Counter()
+        for word, heard in self.outcomes.items():
+            substitutes.update({h: n for h, n in heard.items() if h not in (word, DROP)})
+        return substitutes
 
 
 class _Tables:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,38 +23,47 @@ from pasu.device.intent_offramp import DECODER_SHARE, READER_CHAR_NGRAMS, Intent
 from pasu.device.offramp_cli import training_sentences
 from pasu.device.offramp_data import OfframpSample, load_samples
 from pasu.device.runtime import DeviceModel
+from pasu.metrics import SluResult
 from pasu.models.asr_noise import ConfusionModel
 from pasu.models.intent_reader import IntentReader, ReaderOptions
 
 
-def reader_with_noise(sentences: dict[str, str], confusions: ConfusionModel | None, copies: int,
-                      heard: list[tuple[str, str]] = (), repeats: int = 0) -> IntentReader:
-    """The reader of the sentences, their noisy copies, and `repeats` times each (transcript, intent) `heard`."""
+class Decoded(NamedTuple):
+    """A replay's full decode as the mixture reads it."""
+
+    reference: str  # the right transcript
+    intent: str  # the right intent
+    slu: SluResult  # what the device's decoder read off its tokens
+    confidence: float  # the decoder's probability of its intent
+
+
+def decoded(samples: list[OfframpSample], model: DeviceModel) -> list[Decoded]:
+    """Each replay with a full decode, read once."""
+    return [Decoded(s.reference.text, s.reference.intent, model.read(s.final.tokens),
+                    intent_confidence(s.final.hypothesis())) for s in samples if s.final is not None]
+
+
+def reader_with_noise(sentences: dict[str, str], confusions: ConfusionModel, copies: int,
+                      heard: list[Decoded] = (), repeats: int = 0) -> IntentReader:
+    """The reader of the sentences, `copies` noisy copies of them, and `repeats` times each transcript `heard`
+    with its right intent."""
     texts, intents = list(sentences), list(sentences.values())
     for _ in range(repeats):
-        texts += [t for t, _ in heard]
-        intents += [i for _, i in heard]
-    for copy in range(copies if confusions else 0):
+        texts += [d.slu.text for d in heard]
+        intents += [d.intent for d in heard]
+    for copy in range(copies):
         texts += confusions.corrupt(list(sentences), seed=copy)
         intents += list(sentences.values())
     return IntentReader.fit(texts, intents, ReaderOptions(char_ngram_max=READER_CHAR_NGRAMS))
 
 
-def heard_pairs(samples: list[OfframpSample], model: DeviceModel) -> list[tuple[str, str]]:
-    """(reference, the device's transcript) of each replay."""
-    return [(s.reference.text, model.read(s.final.tokens).text) for s in samples]
+def confusions_of(rows: list[Decoded]) -> ConfusionModel:
+    return ConfusionModel.fit([(d.reference, d.slu.text) for d in rows])
 
 
-def heard_intents(samples: list[OfframpSample], model: DeviceModel) -> list[tuple[str, str]]:
-    """(the device's transcript, the right intent) of each replay."""
-    return [(model.read(s.final.tokens).text, s.reference.intent) for s in samples]
-
-
-def accuracy(reader: IntentReader, samples: list[OfframpSample], model: DeviceModel, share: float) -> float:
+def accuracy(reader: IntentReader, rows: list[Decoded], share: float) -> float:
     mixture = IntentMixture(reader, share)
-    right = [mixture.reading(model.read(s.final.tokens), intent_confidence(s.final.hypothesis()))[0]
-             == s.reference.intent for s in samples]
-    return float(np.mean(right))
+    return float(np.mean([mixture.reading(d.slu, d.confidence)[0] == d.intent for d in rows]))
 
 
 def main() -> None:
@@ -70,26 +80,24 @@ def main() -> None:
     args = parser.parse_args()
     model = DeviceModel.from_folder(args.model)
     sentences = training_sentences([args.corpus, *args.reader_corpus])
-    dev = [s for s in load_samples(args.dev) if s.final is not None]
+    dev = decoded(load_samples(args.dev), model)
     halves = [dev[0::2], dev[1::2]]
-    others = {p.stem: [s for s in load_samples(p) if s.final is not None] for p in args.others}
-    rates = ConfusionModel.fit(heard_pairs(dev, model)).rates()
+    others = {path.stem: decoded(load_samples(path), model) for path in args.others}
+    all_dev = confusions_of(dev)
     print(f"{len(sentences)} training sentences, {len(dev)} dev replays; errors counted on all of dev: "
-          "replaced / dropped / inserted per word " + " / ".join(f"{r:.3f}" for r in rates))
+          "replaced / dropped / inserted per word " + " / ".join(f"{r:.3f}" for r in all_dev.rates()))
     for copies, repeats in [(c, r) for c in args.copies for r in args.heard_repeats]:
         cross = {share: [] for share in args.shares}
         for fold in (0, 1):
-            reader = reader_with_noise(sentences, ConfusionModel.fit(heard_pairs(halves[1 - fold], model)), copies,
-                                       heard_intents(halves[1 - fold], model), repeats)
+            other_half = halves[1 - fold]
+            reader = reader_with_noise(sentences, confusions_of(other_half), copies, other_half, repeats)
             for share in args.shares:
-                cross[share].append(accuracy(reader, halves[fold], model, share))
-        reader = reader_with_noise(sentences, ConfusionModel.fit(heard_pairs(dev, model)), copies,
-                                   heard_intents(dev, model), repeats) if others else None
+                cross[share].append(accuracy(reader, halves[fold], share))
+        reader = reader_with_noise(sentences, all_dev, copies, dev, repeats) if others else None
         for share in args.shares:
             cells = [f"dev two-fold {np.mean(cross[share]):.2%}"]
-            cells += [f"{name} {accuracy(reader, samples, model, share):.2%}" for name, samples in others.items()]
+            cells += [f"{name} {accuracy(reader, rows, share):.2%}" for name, rows in others.items()]
             print(f"copies {copies} heard x{repeats} share {share:g}: " + ", ".join(cells), flush=True)
-
 
 if __name__ == "__main__":
     main()
