@@ -77,6 +77,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="comma-separated splits to write (default: train,dev,test)")
     slurp.set_defaults(run=_import_slurp)
 
+    swap = csub.add_parser(
+        "swap-slots", help="new training sentences: the labelled ones with their slot values swapped",
+        description="Write COUNT new training sentences, each a labelled training sentence whose slot values are\n"
+                    "replaced by other values of the same slot type from the training text (models/slot_swap.py),\n"
+                    "as a sentence file for `pasu corpus build --train-text`. No SLURP devel/test sentence and no\n"
+                    "training sentence is written.",
+        epilog="Example:\n"
+               "  pasu corpus swap-slots --count 9600 --out data/swap-train.jsonl\n"
+               "  pasu corpus build --preset full --out data/corpus-full-s5 --train-variant 5 --train-text "
+               "data/swap-train.jsonl \\\n      --train-utterances 19200 --voices data/corpus-full/build.json --splits train",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    swap.add_argument("--out", type=Path, required=True, help="sentence file (JSONL) to write")
+    swap.add_argument("--count", type=int, required=True, help="new sentences to write")
+    swap.add_argument("--also", type=Path, action="append", default=[], metavar="JSONL",
+                      help="more carrier sentences and slot values (e.g. `pasu text-intent pseudo-label`'s file); "
+                           "repeatable")
+    swap.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    swap.add_argument("--data-dir", type=Path, default=None,
+                      help="shared data folder with SLURP/HWU64 text (default: $PASU_SHARED_DATA or ../shared/data)")
+    swap.set_defaults(run=_swap_slots)
+
     report = csub.add_parser("report", help="print the report of a built corpus",
                              epilog="Example: pasu corpus report data/corpus-tiny")
     report.add_argument("out", type=Path, help="corpus folder")
@@ -122,6 +143,31 @@ def _build(args: argparse.Namespace) -> int:
     from pasu.corpus.report import to_markdown
 
     print(to_markdown(report))
+    return 0
+
+
+def _swap_slots(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from pasu.corpus.text import CorpusDataError, load_corpus_text, read_sentences, write_sentences
+    from pasu.models.slot_swap import SwapOptions, swap_slots
+
+    if args.count < 1:
+        print("pasu corpus swap-slots: --count must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        text = load_corpus_text(shared_data_dir(args.data_dir))
+        carriers = text.train + tuple(s for path in args.also for s in read_sentences(path))
+    except (CorpusDataError, OSError) as e:
+        print(f"pasu corpus swap-slots: {e}", file=sys.stderr)
+        return 2
+    held_out = [s.text for s in text.dev + text.test]
+    new = swap_slots(carriers, SwapOptions(count=args.count, seed=args.seed), exclude=held_out)
+    write_sentences(args.out, new)
+    intents = Counter(s.intent for s in new)
+    print(f"{len(new)} new sentences from {len(carriers)} carriers ({len(intents)} intents) -> {args.out}")
+    if len(new) < args.count:
+        print(f"(asked for {args.count}: the carriers hold no more new combinations within the draw limit)")
     return 0
 
 
