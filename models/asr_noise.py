@@ -61,16 +61,20 @@ class ConfusionModel:
 
     def rates(self) -> tuple[float, float, float]:
         """The overall share of reference words replaced and dropped, and insertions per reference word."""
+        return self._rates(self._substitutes())
+
+    def _rates(self, substitutes: Counter) -> tuple[float, float, float]:
         words = sum(sum(heard.values()) for heard in self.outcomes.values())
         dropped = sum(heard[DROP] for heard in self.outcomes.values())
-        return (sum(self._substitutes().values()) / words, dropped / words, sum(self.inserted.values()) / words)
+        return (sum(substitutes.values()) / words, dropped / words, sum(self.inserted.values()) / words)
 
     def corrupt(self, sentences: Iterable[str], seed: int = 0) -> list[str]:
         """Each sentence as the recognizer might have heard it (seeded: the same copies each time)."""
         rng = np.random.default_rng(seed)
-        replaced, dropped, inserting = self.rates()
+        substitutes = self._substitutes()
+        replaced, dropped, inserting = self._rates(substitutes)
         familiar = {word for word, heard in self.outcomes.items() if sum(heard.values()) >= self.min_count}
-        substitutes = self._substitutes() or Counter({DROP: 1})  # what an unfamiliar word becomes
+        substitutes = substitutes or Counter({DROP: 1})  # what an unfamiliar word becomes
         tables = _Tables()
         copies = []
         for sentence in sentences:

@@ -147,8 +147,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _swap_slots(args: argparse.Namespace) -> int:
-    from collections import Counter
-
     from pasu.corpus.text import CorpusDataError, load_corpus_text, read_sentences, write_sentences
     from pasu.models.slot_swap import SwapOptions, swap_slots
 
@@ -164,7 +162,7 @@ def _swap_slots(args: argparse.Namespace) -> int:
     held_out = [s.text for s in text.dev + text.test]
     new = swap_slots(carriers, SwapOptions(count=args.count, seed=args.seed), exclude=held_out)
     write_sentences(args.out, new)
-    intents = Counter(s.intent for s in new)
+    intents = {s.intent for s in new}
     print(f"{len(new)} new sentences from {len(carriers)} carriers ({len(intents)} intents) -> {args.out}")
     if len(new) < args.count:
         print(f"(asked for {args.count}: the carriers hold no more new combinations within the draw limit)")
