@@ -124,6 +124,10 @@ class TrainOptions:
     # shapes match (frontend stats, subsampling, decoder, CTC): warm-starts a baseline encoder from the device
     # model without touching its blocks, so what the blocks learn (e.g. the branch weights) is their own
     init_partial: bool = False
+    # with init_partial: the decoder layers the package lacks start as the identity (the output projections of
+    # their attention and feed-forward branches zeroed), so a deeper decoder starts from the package's answers
+    # and learns what its new layers add, instead of first unlearning random ones
+    init_new_decoder_layers_identity: bool = False
     log_interval_steps: int = 20  # steps per "train" line in log.jsonl
     checkpoint_minutes: float = 5.0  # write checkpoint.pt at least this often (wall clock) ...
     checkpoint_steps: int | None = None  # ... and every this many steps when set
@@ -402,7 +406,9 @@ def train(
     tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir, init_from)
     model = build_asr_model(model_config)
     if init_from is not None:
-        _initialize(model, _packaged_weights(init_from), partial=opts.init_partial)
+        loaded = _initialize(model, _packaged_weights(init_from), partial=opts.init_partial)
+        if opts.init_new_decoder_layers_identity:
+            _new_decoder_layers_as_identity(model, loaded)
         log.info("initialized from %s%s", init_from, " (matching tensors only)" if opts.init_partial else "")
     model = model.to(device)
     optimizer = torch.optim.Adam(
@@ -477,11 +483,12 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _initialize(model: torch.nn.Module, weights: dict[str, torch.Tensor], partial: bool) -> None:
-    """Load a package's weights: all of them, or (partial) those whose names and shapes match the model."""
+def _initialize(model: torch.nn.Module, weights: dict[str, torch.Tensor], partial: bool) -> set[str]:
+    """Load a package's weights: all of them, or (partial) those whose names and shapes match the model; returns
+    the names loaded."""
     if not partial:
         model.load_state_dict(weights, strict=True)
-        return
+        return set(weights)
     own = model.state_dict()
     matched = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
     if not matched:
@@ -489,6 +496,25 @@ def _initialize(model: torch.nn.Module, weights: dict[str, torch.Tensor], partia
     model.load_state_dict(matched, strict=False)
     log.info("warm start: %d of %d tensors loaded (%d parameters); the rest keep their initialization",
              len(matched), len(own), sum(v.numel() for v in matched.values()))
+    return set(matched)
+
+
+# A pre-norm transformer decoder layer adds each branch to its input; these projections end the branches
+RESIDUAL_OUTPUTS = ("self_attn.linear_out", "src_attn.linear_out", "feed_forward.w_2")
+
+
+def _new_decoder_layers_as_identity(model: torch.nn.Module, loaded: set[str]) -> None:
+    """Zero the residual branches' output projections of every decoder layer none of whose tensors were loaded."""
+    new_layers = {name.split(".")[2] for name, _ in model.named_parameters()
+                  if name.startswith("decoder.decoders.")} - {name.split(".")[2] for name in loaded
+                                                              if name.startswith("decoder.decoders.")}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parts = name.split(".")
+            if name.startswith("decoder.decoders.") and parts[2] in new_layers and \
+                    ".".join(parts[3:5]) in RESIDUAL_OUTPUTS:
+                parameter.zero_()
+    log.info("decoder layers %s start as the identity", sorted(new_layers, key=int))
 
 
 def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -233,6 +233,44 @@ def test_partial_init_warm_starts_another_encoder_from_a_package(corpus, tmp_pat
     assert any(k.startswith("encoder.encoders.") for k in b)  # its own blocks, not in the package
 
 
+def test_a_deeper_decoder_starts_from_the_package_answers(corpus, tmp_path):
+    """A decoder layer the package lacks starts as the identity: the grown model scores every target as the
+    package does; only the ends of its branches are zeroed, so the rest of the layer still learns."""
+    from pasu.models.package import load_packaged, package_model
+
+    first = tmp_path / "first"
+    train(tiny_config(max_steps=1), corpus, first)
+    shipped, _, _ = load_packaged(package_model(first, tmp_path / "pkg"))
+    deeper = {**TINY_MODEL, "decoder_conf": {**TINY_MODEL["decoder_conf"], "num_blocks": 2}}
+    options = dict(init_from=str(tmp_path / "pkg"), init_partial=True, init_new_decoder_layers_identity=True)
+    grown_dir = tmp_path / "grown"
+    train(dataclasses.replace(tiny_config(max_steps=0, **options), model=deeper), corpus, grown_dir)
+    grown, _, _ = load_packaged(package_model(grown_dir, tmp_path / "pkg2"))
+    assert len(grown.decoder.decoders) == 2 and len(shipped.decoder.decoders) == 1
+    new_layer = grown.decoder.decoders[1]
+    assert float(new_layer.feed_forward.w_1.weight.detach().abs().sum()) > 0  # only the branch ends are zeroed
+
+    shipped.eval(), grown.eval()
+    speech = torch.randn(2, 16000)
+    lengths = torch.tensor([16000, 12000])
+    tokens = torch.randint(2, 40, (2, 5))
+    token_lengths = torch.tensor([5, 3])
+    with torch.no_grad():
+        encoded, encoded_lengths = shipped.encode(speech, lengths)
+        a = shipped.decoder(encoded, encoded_lengths, tokens, token_lengths)[0]
+        b = grown.decoder(encoded, encoded_lengths, tokens, token_lengths)[0]
+    assert torch.allclose(a, b, atol=1e-5)
+
+    plain_dir = tmp_path / "plain"  # without the option the new layer is random: the answers move
+    plain_options = {**options, "init_new_decoder_layers_identity": False}
+    train(dataclasses.replace(tiny_config(max_steps=0, **plain_options), model=deeper), corpus, plain_dir)
+    plain, _, _ = load_packaged(package_model(plain_dir, tmp_path / "pkg3"))
+    plain.eval()
+    with torch.no_grad():
+        c = plain.decoder(encoded, encoded_lengths, tokens, token_lengths)[0]
+    assert not torch.allclose(a, c, atol=1e-3)
+
+
 
 def test_time_box_and_overrides(corpus, tmp_path):
     config = load_config(CONFIGS / "device_late_context.yaml",
