@@ -505,16 +505,18 @@ RESIDUAL_OUTPUTS = ("self_attn.linear_out", "src_attn.linear_out", "feed_forward
 
 def _new_decoder_layers_as_identity(model: torch.nn.Module, loaded: set[str]) -> None:
     """Zero the residual branches' output projections of every decoder layer none of whose tensors were loaded."""
-    new_layers = {name.split(".")[2] for name, _ in model.named_parameters()
-                  if name.startswith("decoder.decoders.")} - {name.split(".")[2] for name in loaded
-                                                              if name.startswith("decoder.decoders.")}
+    parameters = dict(model.named_parameters())
+    new_layers = {_decoder_layer(n) for n in parameters} - {_decoder_layer(n) for n in loaded} - {None}
     with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parts = name.split(".")
-            if name.startswith("decoder.decoders.") and parts[2] in new_layers and \
-                    ".".join(parts[3:5]) in RESIDUAL_OUTPUTS:
+        for name, parameter in parameters.items():
+            if _decoder_layer(name) in new_layers and ".".join(name.split(".")[3:5]) in RESIDUAL_OUTPUTS:
                 parameter.zero_()
     log.info("decoder layers %s start as the identity", sorted(new_layers, key=int))
+
+
+def _decoder_layer(name: str) -> str | None:
+    """"decoder.decoders.1.src_attn.linear_out.weight" -> "1"; None for a tensor outside the decoder's layers."""
+    return name.split(".")[2] if name.startswith("decoder.decoders.") else None
 
 
 def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:
