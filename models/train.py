@@ -403,6 +403,9 @@ def train(
     dev_utts = dev_subset(load_split(corpus_dir, config.data.dev_split), config.eval.dev_utterances)
     ckpt_path = exp_dir / "checkpoint.pt"
     init_from = Path(opts.init_from) if opts.init_from and not ckpt_path.exists() else None
+    if opts.init_new_decoder_layers_identity and not opts.init_partial:
+        raise ValueError("train.init_new_decoder_layers_identity needs train.init_partial=true: without it the "
+                         "package's own architecture is kept and no decoder layer is new")
     tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir, init_from)
     model = build_asr_model(model_config)
     if init_from is not None:

@@ -270,6 +270,11 @@ def test_a_deeper_decoder_starts_from_the_package_answers(corpus, tmp_path):
         c = plain.decoder(encoded, encoded_lengths, tokens, token_lengths)[0]
     assert not torch.allclose(a, c, atol=1e-3)
 
+    # without init_partial the package's architecture would win and the deeper decoder be dropped: refused
+    no_partial = {**options, "init_partial": False}
+    with pytest.raises(ValueError, match="init_partial"):
+        train(dataclasses.replace(tiny_config(max_steps=0, **no_partial), model=deeper), corpus, tmp_path / "refused")
+
 
 
 def test_time_box_and_overrides(corpus, tmp_path):
