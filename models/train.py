@@ -393,6 +393,9 @@ def train(
     opts = config.train
     if opts.max_epochs is None and opts.max_steps is None and opts.max_minutes is None:
         raise ValueError("set train.max_epochs, train.max_steps or train.max_minutes")
+    if opts.init_new_decoder_layers_identity and not opts.init_partial:
+        raise ValueError("train.init_new_decoder_layers_identity needs train.init_partial=true: without it the "
+                         "package's own architecture is kept and no decoder layer is new")
     _set_threads(opts.num_threads)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
@@ -403,9 +406,6 @@ def train(
     dev_utts = dev_subset(load_split(corpus_dir, config.data.dev_split), config.eval.dev_utterances)
     ckpt_path = exp_dir / "checkpoint.pt"
     init_from = Path(opts.init_from) if opts.init_from and not ckpt_path.exists() else None
-    if opts.init_new_decoder_layers_identity and not opts.init_partial:
-        raise ValueError("train.init_new_decoder_layers_identity needs train.init_partial=true: without it the "
-                         "package's own architecture is kept and no decoder layer is new")
     tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir, init_from)
     model = build_asr_model(model_config)
     if init_from is not None:
@@ -502,24 +502,18 @@ def _initialize(model: torch.nn.Module, weights: dict[str, torch.Tensor], partia
     return set(matched)
 
 
-# A pre-norm transformer decoder layer adds each branch to its input; these projections end the branches
-RESIDUAL_OUTPUTS = ("self_attn.linear_out", "src_attn.linear_out", "feed_forward.w_2")
-
-
 def _new_decoder_layers_as_identity(model: torch.nn.Module, loaded: set[str]) -> None:
-    """Zero the residual branches' output projections of every decoder layer none of whose tensors were loaded."""
-    parameters = dict(model.named_parameters())
-    new_layers = {_decoder_layer(n) for n in parameters} - {_decoder_layer(n) for n in loaded} - {None}
+    """Zero the residual branches' output projections of every decoder layer none of whose tensors were loaded:
+    a pre-norm layer adds each branch to its input, so the layer passes its input through unchanged."""
+    layers = model.decoder.decoders
+    new = [i for i in range(len(layers)) if not any(n.startswith(f"decoder.decoders.{i}.") for n in loaded)]
     with torch.no_grad():
-        for name, parameter in parameters.items():
-            if _decoder_layer(name) in new_layers and ".".join(name.split(".")[3:5]) in RESIDUAL_OUTPUTS:
-                parameter.zero_()
-    log.info("decoder layers %s start as the identity", sorted(new_layers, key=int))
-
-
-def _decoder_layer(name: str) -> str | None:
-    """"decoder.decoders.1.src_attn.linear_out.weight" -> "1"; None for a tensor outside the decoder's layers."""
-    return name.split(".")[2] if name.startswith("decoder.decoders.") else None
+        for i in new:
+            for branch_end in (layers[i].self_attn.linear_out, layers[i].src_attn.linear_out,
+                               layers[i].feed_forward.w_2):
+                branch_end.weight.zero_()
+                branch_end.bias.zero_()
+    log.info("decoder layers %s start as the identity", new)
 
 
 def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:
