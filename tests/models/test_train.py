@@ -276,7 +276,6 @@ def test_a_deeper_decoder_starts_from_the_package_answers(corpus, tmp_path):
         train(dataclasses.replace(tiny_config(max_steps=0, **no_partial), model=deeper), corpus, tmp_path / "refused")
 
 
-
 def test_time_box_and_overrides(corpus, tmp_path):
     config = load_config(CONFIGS / "device_late_context.yaml",
                          ["optim.lr=0.001", "data.batch_seconds=30", "train.max_minutes=0.5"])
