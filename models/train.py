@@ -128,6 +128,10 @@ class TrainOptions:
     # their attention and feed-forward branches zeroed), so a deeper decoder starts from the package's answers
     # and learns what its new layers add, instead of first unlearning random ones
     init_new_decoder_layers_identity: bool = False
+    # > 0: this times the cross-entropy of the decoder's first output token (the intent, in PASU's targets) is
+    # added to ESPnet's loss, where the intent is one token of a dozen or more: weighs the intent against the
+    # words (0: ESPnet's loss as it is)
+    intent_loss_weight: float = 0.0
     log_interval_steps: int = 20  # steps per "train" line in log.jsonl
     checkpoint_minutes: float = 5.0  # write checkpoint.pt at least this often (wall clock) ...
     checkpoint_steps: int | None = None  # ... and every this many steps when set
@@ -599,6 +603,31 @@ def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.
     return state
 
 
+# what each "train" line of log.jsonl averages over its batches: ESPnet's loss and its parts, the intent loss
+# (train.intent_loss_weight > 0) and the decoder's token accuracy
+LOGGED_STATS = ("loss", "loss_ctc", "loss_att", "loss_intent", "acc")
+
+
+class FirstTokenLoss:
+    """Cross-entropy of the decoder's first output token (the intent, in PASU's targets) against the target's
+    first token, read off the decoder pass ESPnet's loss already ran (a forward hook: no second pass)."""
+
+    def __init__(self, decoder: torch.nn.Module):
+        self.logits: torch.Tensor | None = None
+        decoder.register_forward_hook(self._keep)
+
+    def _keep(self, module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        # a training pass only: evaluation and decoding run the decoder too, and must not hold its output
+        self.logits = output[0][:, 0] if module.training else None
+
+    def __call__(self, text: torch.Tensor) -> torch.Tensor:
+        """Mean over the batch; `text`: the (B, L) targets the model's forward pass just read."""
+        if self.logits is None:
+            raise RuntimeError("FirstTokenLoss needs the decoder's training pass first")
+        logits, self.logits = self.logits, None
+        return torch.nn.functional.cross_entropy(logits, text[:, 0], ignore_index=-1)
+
+
 class _Loop:
     """The training loop with its bookkeeping (progress, log, evaluation, checkpoints)."""
 
@@ -623,6 +652,8 @@ class _Loop:
         self.step_times: list[float] = []
         self.window: dict[str, float] = {}
         self.final_dev: DevResult | None = None
+        weight = config.train.intent_loss_weight
+        self.intent_loss = FirstTokenLoss(model.decoder) if weight > 0 else None
 
     def run(self) -> TrainResult:
         opts = self.config.train
@@ -690,13 +721,18 @@ class _Loop:
         s.batch_in_epoch = 0
 
     def _forward_backward(self, batch: Batch, accum: int) -> None:
-        loss, stats, _ = self.model(**batch.model_inputs(self.device))
+        inputs = batch.model_inputs(self.device)
+        loss, stats, _ = self.model(**inputs)
+        if self.intent_loss is not None:
+            intent_loss = self.intent_loss(inputs["text"])
+            loss = loss + self.config.train.intent_loss_weight * intent_loss
+            stats["loss_intent"] = intent_loss.detach()
         if not torch.isfinite(loss):
             log.debug("non-finite loss on batch %s; skipped", batch.ids[:3])
             self._accumulate({"skipped_batches": 1.0})
             return
         (loss / accum).backward()
-        values = {k: float(stats[k]) for k in ("loss", "loss_ctc", "loss_att", "acc") if stats.get(k) is not None}
+        values = {k: float(stats[k]) for k in LOGGED_STATS if stats.get(k) is not None}
         self._accumulate({**values, "batches": 1.0, "utterances": float(len(batch.ids))})
 
     def _optimizer_step(self) -> None:
@@ -744,7 +780,7 @@ class _Loop:
         batches, steps = max(w.pop("batches", 0.0), 1.0), max(w.pop("steps", 0.0), 1.0)
         line = {"kind": "train", "step": self.state.step, "epoch": self.state.epoch, "time": time.time(),
                 "s_per_step": self._seconds_per_step(window=int(steps))}
-        for k in ("loss", "loss_ctc", "loss_att", "acc"):
+        for k in LOGGED_STATS:
             if k in w:
                 line[k] = w[k] / batches
         skipped = w.get("skipped_steps", 0.0)

@@ -22,6 +22,7 @@ from pasu.models.train import (
     OptimOptions,
     TrainOptions,
     DataOptions,
+    FirstTokenLoss,
     STOP_FILE,
     average_state_dicts,
     config_from_dict,
@@ -152,6 +153,70 @@ def test_loss_decreases_on_a_repeated_batch(corpus):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.6 * losses[0]
+
+
+def _tiny_model_and_batch(corpus):
+    utts = load_split(corpus, "train")[:4]
+    symbols = target_symbols({u.intent for u in utts}, {s.type for u in utts for s in u.slots or ()})
+    tok = Tokenizer.train([u.text for u in utts], symbols, TokenizerOptions(vocab_size=40))
+    mean, std = sample_global_stats(utts)
+    model = build_asr_model({**TINY_MODEL, "token_list": tok.token_list, "stats": {"mean": mean, "std": std}})
+    ds = SpeechDataset(utts, tok)
+    return model, tok, collate([ds[i] for i in range(len(ds))])
+
+
+def test_first_token_loss_is_the_intents_cross_entropy_from_the_same_pass(corpus):
+    torch.manual_seed(0)
+    model, tok, batch = _tiny_model_and_batch(corpus)
+    model.eval()
+    for module in model.modules():  # no dropout: the hooked training pass and the check's see the same network
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    intent_loss = FirstTokenLoss(model.decoder)
+    inputs = batch.model_inputs()
+    with torch.no_grad():
+        model(**inputs)  # evaluation passes keep nothing
+        with pytest.raises(RuntimeError, match="training pass"):
+            intent_loss(inputs["text"])
+        model.decoder.train()
+        model(**inputs)
+        got = intent_loss(inputs["text"])
+        model.decoder.eval()
+        # the decoder's own logits at the first position, from <sos> alone
+        encoded, lengths = model.encode(inputs["speech"], inputs["speech_lengths"])
+        sos = torch.full((len(lengths), 1), model.sos)
+        logits, _ = model.decoder(encoded, lengths, sos, torch.ones(len(lengths), dtype=torch.long))
+    intents = inputs["text"][:, 0]
+    assert all(tok.token_list[int(t)] in {u.intent for u in load_split(corpus, "train")} for t in intents)
+    expected = torch.nn.functional.cross_entropy(logits[:, 0], intents)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_intent_loss_weight_trains_the_intent_and_is_logged(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    train(tiny_config(max_steps=2, intent_loss_weight=2.0), corpus, exp)
+    lines = _log(exp, "train")
+    assert [r["step"] for r in lines] == [1, 2] and all(r["loss_intent"] > 0 for r in lines)
+    plain = tmp_path / "plain"
+    train(tiny_config(max_steps=1), corpus, plain)
+    assert "loss_intent" not in _log(plain, "train")[0]
+
+    # on a repeated batch the weighted loss lowers the intent's cross-entropy faster than ESPnet's alone
+    def intent_ce_after(weight: float) -> float:
+        torch.manual_seed(0)
+        model, _, batch = _tiny_model_and_batch(corpus)
+        intent_loss = FirstTokenLoss(model.decoder)
+        opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+        for _ in range(8):
+            loss, _, _ = model(**batch.model_inputs())
+            loss = loss + weight * intent_loss(batch.text)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model(**batch.model_inputs())
+        return float(intent_loss(batch.text))
+
+    assert intent_ce_after(5.0) < intent_ce_after(0.0)
 
 
 def _log(exp: Path, kind: str) -> list[dict]:
