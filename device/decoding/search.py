@@ -44,6 +44,8 @@ from pasu.device.decoding.ctc_prefix import (
     LeapStart,
     PrefixCache,
 )
+from pasu.device.decoding.decoder_step import SourceKeys
+from pasu.device.decoding.decoder_step import batch_score as decoder_batch_score
 
 BANNED_SCORE = -1.0e10  # added to tokens the search must never emit (finite: see LOGZERO)
 
@@ -203,6 +205,7 @@ class _Run:
         self.memory = encoded.unsqueeze(0)
         self.T = encoded.size(0)
         self.ctc = CtcPrefixScorer(owner.ctc.log_softmax(self.memory)[0], owner.blank, owner.eos)
+        self.source_keys = SourceKeys.of(owner.decoder, self.memory)  # None: ESPnet's batch_score every step
         self.reference = reference
         # CTC cannot emit more tokens than there are frames (and its scorer indexes frame L for L tokens).
         self.maxlen = self.T if options.max_tokens is None else min(options.max_tokens, self.T)
@@ -236,9 +239,11 @@ class _Run:
         hyps = self.running
         n = len(hyps)
         ys = torch.tensor([[self.s.sos, *h.tokens] for h in hyps], dtype=torch.long)
-        att, dec_states = self.s.decoder.batch_score(
-            ys, [h.decoder_state for h in hyps], self.memory.expand(n, -1, -1)
-        )
+        states = [h.decoder_state for h in hyps]
+        if self.source_keys is not None:
+            att, dec_states = decoder_batch_score(self.s.decoder, ys, states, self.source_keys)
+        else:
+            att, dec_states = self.s.decoder.batch_score(ys, states, self.memory.expand(n, -1, -1))
         weighted = (1.0 - self.o.ctc_weight) * att + self.static_scores
         lm_states: list = [None] * n
         if self.o.lm_weight:  # a full scorer, as the decoder: before the pre-beam (ESPnet's "full" key)

@@ -135,15 +135,20 @@ def test_learning_rate_schedules():
 # --- Training -------------------------------------------------------------------------------------------
 
 
-def test_loss_decreases_on_a_repeated_batch(corpus):
-    torch.manual_seed(0)
+def _tiny_model_and_batch(corpus):
+    """A tiny model with its tokenizer and one batch of the first four training utterances."""
     utts = load_split(corpus, "train")[:4]
     symbols = target_symbols({u.intent for u in utts}, {s.type for u in utts for s in u.slots or ()})
     tok = Tokenizer.train([u.text for u in utts], symbols, TokenizerOptions(vocab_size=40))
     mean, std = sample_global_stats(utts)
     model = build_asr_model({**TINY_MODEL, "token_list": tok.token_list, "stats": {"mean": mean, "std": std}})
     ds = SpeechDataset(utts, tok)
-    batch = collate([ds[i] for i in range(len(ds))])
+    return model, tok, collate([ds[i] for i in range(len(ds))])
+
+
+def test_loss_decreases_on_a_repeated_batch(corpus):
+    torch.manual_seed(0)
+    model, _, batch = _tiny_model_and_batch(corpus)
     opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     losses = []
     for _ in range(15):
@@ -153,16 +158,6 @@ def test_loss_decreases_on_a_repeated_batch(corpus):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.6 * losses[0]
-
-
-def _tiny_model_and_batch(corpus):
-    utts = load_split(corpus, "train")[:4]
-    symbols = target_symbols({u.intent for u in utts}, {s.type for u in utts for s in u.slots or ()})
-    tok = Tokenizer.train([u.text for u in utts], symbols, TokenizerOptions(vocab_size=40))
-    mean, std = sample_global_stats(utts)
-    model = build_asr_model({**TINY_MODEL, "token_list": tok.token_list, "stats": {"mean": mean, "std": std}})
-    ds = SpeechDataset(utts, tok)
-    return model, tok, collate([ds[i] for i in range(len(ds))])
 
 
 def test_first_token_loss_is_the_intents_cross_entropy_from_the_same_pass(corpus):
