@@ -23,6 +23,8 @@ Two more need no reference (ours, not the paper's):
   the first step, while a full beam could still let another intent overtake once the words are heard.
 
 Pilots themselves run this search with a token cap, recording CTC forward variables for the next one.
+Every step scores the beam with the decoder through `decoder_step.batch_score`, which projects the encoder
+output for the source attention once per search instead of ESPnet's once per hypothesis and step.
 
 Shallow fusion: a search built with a token LM (ESPnet's `SequentialRNNLM`, `pasu lm train`) adds
 `lm_weight` x its log-probability of each token to the scores, before the pre-beam, as ESPnet's search does
