@@ -652,8 +652,7 @@ class _Loop:
         self.step_times: list[float] = []
         self.window: dict[str, float] = {}
         self.final_dev: DevResult | None = None
-        weight = config.train.intent_loss_weight
-        self.intent_loss = FirstTokenLoss(model.decoder) if weight > 0 else None
+        self.intent_loss = FirstTokenLoss(model.decoder) if config.train.intent_loss_weight > 0 else None
 
     def run(self) -> TrainResult:
         opts = self.config.train

@@ -59,7 +59,8 @@ def _plain_layers(decoder: Any) -> bool:
     """Layers whose step `_layer_step` reproduces: ESPnet's DecoderLayer with plain multi-head attention, no
     concatenation, no sequential attention, no q/k normalization, no SDPA or flash attention."""
     layers = getattr(decoder, "decoders", None)
-    if layers is None or not hasattr(decoder, "embed") or not hasattr(decoder, "after_norm"):
+    if layers is None or not all(hasattr(decoder, a) for a in ("embed", "after_norm", "normalize_before",
+                                                               "output_layer")):
         return False
     return all(type(layer) is DecoderLayer and not layer.concat_after and layer.sequential_attn is None
                and type(layer.src_attn) is MultiHeadedAttention and isinstance(layer.src_attn.q_norm, torch.nn.Identity)
