@@ -14,9 +14,9 @@ from pathlib import Path
 DESIGN_ROWS = ("Ours-NoOffload", "AllOffload", "Ours-PPL-L", "Ours-Intent-L", "Ours-PPL-M", "Ours-BiLSTM-M",
                "Ours-CNN-M", "Ours-Intent-M", "Ours-PPL+Intent-M", "Ours-BiLSTM+Intent-M", "Late-PPL-M",
                "Ours-PPL-H", "Ours-BiLSTM-H", "Ours-Intent-H")
-TABLE5_COLUMNS = {"Ours-PPL": "Ours-PPL", "Ours-BiLSTM": "Ours-BiLSTM", "Ours-CNN": "Ours-CNN",
-                  "Late-PPL": "Late-PPL", "Ours-Intent": "Ours-Intent", "Ours-PPL+Intent": "Ours-PPL+Intent",
-                  "Ours-PPL per token": "PPL per token", "Ours-BiLSTM per token": "BiLSTM per token"}
+TABLE5_COLUMNS = ("Ours-PPL", "Ours-BiLSTM", "Ours-CNN", "Late-PPL", "Ours-Intent", "Ours-PPL+Intent",
+                  "Ours-PPL per token", "Ours-BiLSTM per token")
+SHORT_LABELS = {"Ours-PPL per token": "PPL per token", "Ours-BiLSTM per token": "BiLSTM per token"}
 YARDSTICKS = {"length": "length alone", "label_oracle": "label oracle", "edits_oracle": "device-edits oracle"}
 
 
@@ -36,7 +36,8 @@ def table5(profile: dict) -> str:
     sticks = profile["yardsticks"]
     # one entry per WER target in both, in the same order (as hybrid_report.yardsticks_text reads them)
     per_target = zip(profile["table5"].items(), *(sticks[k].values() for k in (*YARDSTICKS, "gain_oracle")))
-    header = ["WER target", "NaiveHybrid", *TABLE5_COLUMNS.values(), *YARDSTICKS.values(), "gain oracle"]
+    columns = [SHORT_LABELS.get(c, c) for c in TABLE5_COLUMNS]
+    header = ["WER target", "NaiveHybrid", *columns, *YARDSTICKS.values(), "gain oracle"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (target, row), *yardsticks, gain in per_target:
         naive = row["NaiveHybrid"]["offload_ratio"]
