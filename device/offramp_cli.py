@@ -7,7 +7,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,10 @@ from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 from pasu.metrics import word_edits
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pasu.device.intent_offramp import IntentEvidence
+    from pasu.device.offramp_data import OfframpSample
     from pasu.models.intent_reader import IntentReader, ReaderOptions
     from pasu.device.runtime import DeviceModel
 
@@ -53,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--reader-corpus", type=Path, action="append", default=[],
                        help="another corpus whose training sentences the intent reader learns too (repeatable; e.g. "
                             "the pseudo-labelled SLURP lm.txt sentences the device model trained on)")
+    train.add_argument("--reader-learns-split", action="store_true",
+                       help="the intent reader learns the sentences of --split too; each utterance is then replayed and "
+                            "judged with a reader that learned every sentence but those of its fold (5 folds by "
+                            "sentence), so that the intent check is fitted as on sentences the reader never saw")
     train.add_argument("--epochs", type=int, default=60, help="BiLSTM training epochs")
     train.add_argument("--bad-wer", type=float,
                        help="the BiLSTM's and CNN's label: local WER above this is wrong (default: the paper's 0.1; a device "
@@ -77,11 +85,13 @@ def run_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
-    fit_intent_reader([args.corpus, *args.reader_corpus]).save(out)
+    split_sentences = training_sentences([args.corpus], args.split) if args.reader_learns_split else {}
+    fit_intent_reader([args.corpus, *args.reader_corpus], also=split_sentences).save(out)
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check
     model = load_device_model(args.model, out)
-    samples = collect_split(model, args.corpus, args.split, utterances, args.cache or out / f"replays-{args.split}.jsonl")
+    replay = Replayer(model, args.corpus, args.split, held_out_readers(args, split_sentences))
+    samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None
     options = OfframpTrainOptions()
@@ -89,13 +99,13 @@ def run_train(args: argparse.Namespace) -> int:
     options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs, bad_wer=bad_wer))
     fit_samples = None
     if args.fit_all:  # more examples for the network; the cloud still decodes only the calibration subset
-        everything = load_split(args.corpus, args.split)
-        fit_samples = collect_split(model, args.corpus, args.split, everything, out / f"replays-{args.split}-all.jsonl")
-    trained = fit_offramps(samples, options, cloud_edits, intent_evidence(model), fit_samples)
+        fit_samples = replay(load_split(args.corpus, args.split), out / f"replays-{args.split}-all.jsonl")
+    trained = fit_offramps(samples, options, cloud_edits, intent_evidence(model), fit_samples, replay.evidence)
     report = trained.report
     report["answers"] = answer_intent_accuracy(fit_samples or samples, model.read)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "reader_corpora": [str(c) for c in [args.corpus, *args.reader_corpus]],
+                   "reader_learns_split": args.reader_learns_split,
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     trained.save(out)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
@@ -156,26 +166,86 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
 
 
-def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = None) -> IntentReader:
+def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = None,
+                      also: Mapping[str, str] | None = None) -> IntentReader:
     """The device's intent reader (`options`, default the device's: READER_CHAR_NGRAMS), on the distinct
-    sentences of the corpora's training splits (the first corpus's label wins a sentence two corpora hold)."""
-    from pasu.device.intent_offramp import READER_CHAR_NGRAMS
-    from pasu.models.intent_reader import IntentReader, ReaderOptions
+    sentences of the corpora's training splits (the first corpus's label wins a sentence two corpora hold) and
+    `also`'s sentence -> intent (those the corpora lack)."""
+    from pasu.models.intent_reader import IntentReader
 
     sentences = training_sentences(corpora)
-    print(f"intent reader: fitting on {len(sentences)} training sentences", flush=True)
-    options = options or ReaderOptions(char_ngram_max=READER_CHAR_NGRAMS)
-    return IntentReader.fit(list(sentences), list(sentences.values()), options)
+    for sentence, intent in (also or {}).items():
+        sentences.setdefault(sentence, intent)
+    print(f"intent reader: fitting on {len(sentences)} sentences", flush=True)
+    return IntentReader.fit(list(sentences), list(sentences.values()), options or device_reader_options())
 
 
-def training_sentences(corpora: Sequence[Path]) -> dict[str, str]:
-    """sentence -> intent over the distinct sentences of the corpora's training splits (the first corpus's label
-    wins a sentence two corpora hold)."""
+def device_reader_options() -> ReaderOptions:
+    from pasu.device.intent_offramp import READER_CHAR_NGRAMS
+    from pasu.models.intent_reader import ReaderOptions
+
+    return ReaderOptions(char_ngram_max=READER_CHAR_NGRAMS)
+
+
+def training_sentences(corpora: Sequence[Path], split: str = "train") -> dict[str, str]:
+    """sentence -> intent over the distinct sentences of the corpora's `split` (the first corpus's label wins a
+    sentence two corpora hold)."""
     sentences: dict[str, str] = {}
     for corpus in corpora:
-        for utterance in load_split(corpus, "train"):
+        for utterance in load_split(corpus, split):
             sentences.setdefault(utterance.text, utterance.intent)
     return sentences
+
+
+def held_out_readers(args: argparse.Namespace, split_sentences: Mapping[str, str]) -> list[IntentReader] | None:
+    """With --reader-learns-split, one reader per fold of the split's sentences, each without its fold's; else None."""
+    if not args.reader_learns_split:
+        return None
+    from pasu.device.held_out_reader import READER_FOLDS, fold_readers
+
+    print(f"intent reader: fitting {READER_FOLDS} readers, each without a fold of the {args.split} sentences",
+          flush=True)
+    base = training_sentences([args.corpus, *args.reader_corpus])
+    return fold_readers(base, split_sentences, device_reader_options())
+
+
+class Replayer:
+    """Replays utterances of a split by the device model (cached), each read by the model's own intent reader or,
+    given fold readers (`held_out_readers`), by the reader of its sentence's fold."""
+
+    def __init__(self, model: DeviceModel, corpus: Path, split: str, readers: Sequence[IntentReader] | None = None):
+        from pasu.device.intent_offramp import IntentEvidence, IntentMixture
+
+        self.model, self.corpus, self.split = model, corpus, split
+        # fold readers come with the model's own, just saved: the same decoder's share
+        self.mixtures = [IntentMixture(r, model.intent_mixture.decoder_share) for r in readers] if readers else None
+        self.evidences = [IntentEvidence(m, model.read) for m in self.mixtures] if self.mixtures else None
+        self.fold_of: dict[str, int] = {}  # utterance id -> fold, for every utterance replayed
+
+    def __call__(self, utterances: Sequence[Utterance], cache: Path) -> list:
+        if self.mixtures is None:
+            return collect_split(self.model, self.corpus, self.split, utterances, cache)
+        from pasu.device.held_out_reader import by_fold
+
+        own, samples = self.model.intent_mixture, [None] * len(utterances)
+        try:
+            for fold, positions in enumerate(by_fold([u.text for u in utterances], len(self.mixtures))):
+                self.model.intent_mixture = self.mixtures[fold]
+                part = [utterances[i] for i in positions]
+                fold_cache = cache.with_name(f"{cache.stem}.fold{fold}{cache.suffix}")
+                for i, sample in zip(positions, collect_split(self.model, self.corpus, self.split, part, fold_cache)):
+                    samples[i] = sample
+                self.fold_of.update((u.id, fold) for u in part)
+        finally:
+            self.model.intent_mixture = own
+        return samples
+
+    @property
+    def evidence(self) -> Callable[[OfframpSample], IntentEvidence] | None:
+        """replay -> the intent evidence it is judged by (its fold reader's); None: the model's own for all."""
+        if self.evidences is None:
+            return None
+        return lambda sample: self.evidences[self.fold_of[sample.id]]
 
 
 def cloud_word_edits(folder: Path, utterances: Sequence[Utterance], cache: Path) -> list[int]:

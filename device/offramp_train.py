@@ -138,11 +138,14 @@ def answer_intent_accuracy(samples: Sequence[OfframpSample], read: Callable[[Seq
 
 def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions = OfframpTrainOptions(),
                  cloud_edits: Sequence[int] | None = None, intent: Evidence | None = None,
-                 fit_samples: Sequence[OfframpSample] | None = None) -> TrainedOfframps:
+                 fit_samples: Sequence[OfframpSample] | None = None,
+                 intent_by_replay: Callable[[OfframpSample], Evidence] | None = None) -> TrainedOfframps:
     """The BiLSTM (and, when the replays kept their encoder outputs, the CNN) fitted on `fit_samples` (default:
     `samples`; it must include them), and the report with the offramps' thresholds calibrated on `samples`
     (with `intent`, the device's intent evidence (`intent_evidence`), the intent check fitted and calibrated
-    too, and PPL or BiLSTM combined with it); the word checks' scores are weighed by the speech's length."""
+    too, and PPL or BiLSTM combined with it; `intent_by_replay`: the evidence each replay is judged by instead,
+    when replays were read by readers that did not learn their sentences); the word checks' scores are weighed by
+    the speech's length."""
     kept = [s for s in samples if s.early is not None]  # no hypothesis: every policy offloads or none can judge
     if cloud_edits is not None:
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
@@ -174,7 +177,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         log.warning("intent check not fitted: the device's intent is right on all or on none of %d replays", len(fit))
         report["intent_skipped"] = "the device's intent was right on all or on none of the replays"
     elif intent is not None:
-        intent_model, wrong_scores = _fit_intent(intent, fit, kept)
+        intent_model, wrong_scores = _fit_intent(intent_by_replay or (lambda _: intent), fit, kept)
         wrong = [s.local.intent != s.reference.intent for s in kept]
         report["intent"] = {"evidence": list(intent_model.names), "fitted_on": len(fit),
                             "selectivity_intent": selectivity(wrong_scores, wrong),  # of the intent errors
@@ -190,13 +193,13 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     return TrainedOfframps(bilstm, report, cnn, intent_model)
 
 
-def _fit_intent(evidence: Evidence, fit: Sequence[OfframpSample],
+def _fit_intent(evidence: Callable[[OfframpSample], Evidence], fit: Sequence[OfframpSample],
                 kept: Sequence[OfframpSample]) -> tuple[IntentErrorModel, np.ndarray]:
     """The intent check's model fitted on every `fit` sample to tell the device's wrong intents, and its scores
     of the `kept` ones, where its thresholds are placed. Its own scores, not out-of-fold ones as the networks':
     nine weights fitted on a split's replays are hardly over-confident on them (on the shipped model's 2,033 dev
     replays the out-of-fold and the fitted scores put Offload-M's threshold within a hundredth)."""
-    rows = [evidence(s.early.hypothesis()) for s in fit]
+    rows = [evidence(s)(s.early.hypothesis()) for s in fit]
     model = IntentErrorModel.fit(rows, np.array([s.local.intent != s.reference.intent for s in fit], float))
     return model, calibration_scores(model.probabilities(rows), fit, kept)
 

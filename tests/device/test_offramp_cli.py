@@ -98,3 +98,40 @@ def test_the_intent_reader_learns_every_corpus_given_and_reads_characters(tmp_pa
     assert "play_radio" not in reader.classes and "play_radio" in both.classes
     assert "news_query" not in both.classes  # the first corpus labelled that sentence
     assert both.options.char_ngram_max == READER_CHAR_NGRAMS and len(both.vectorizers) == 2
+
+
+def test_the_reader_learns_the_split_and_its_replays_are_read_by_readers_that_did_not(tmp_path):
+    """`--reader-learns-split`: the saved reader knows dev's own sentences; each dev utterance is replayed with the
+    reader of its sentence's fold, which never learned it (its cache says which reader answered)."""
+    from pasu.cli import build_parser
+    from pasu.device.held_out_reader import sentence_fold
+    from pasu.device.intent_offramp import IntentMixture
+    from pasu.device.offramp_train import load_offramps
+    from pasu.models.data import write_synthetic_corpus
+    from pasu.models.intent_reader import IntentReader
+
+    model = support.write_model_folder(tmp_path / "model")
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=8, n_dev=6)
+    rows = [json.loads(line) for line in (corpus / "dev.jsonl").read_text().splitlines()]
+    pizza = "order a pizza for dinner"
+    for row in rows[:2]:
+        row.update(text=pizza, intent="takeaway_order", scenario="takeaway", action="order", slots=[])
+    (corpus / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = build_parser().parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2",
+                                      "--reader-learns-split"])
+    assert args.run(args) == 0
+    offramp = model / "offramp"
+    shipped = IntentReader.load(offramp)
+    assert "takeaway_order" in shipped.classes  # learned from dev
+    replayed, readers = {}, {}
+    for cache in sorted(offramp.glob("replays-dev.fold*.jsonl")):
+        lines = cache.read_text().splitlines()
+        fold = int(cache.stem[-1])
+        readers[fold] = json.loads(lines[0])["key"]["intent_reader"]
+        replayed.update((json.loads(line)["id"], fold) for line in lines[1:])
+    assert sorted(replayed) == sorted(r["id"] for r in rows)
+    assert replayed[rows[0]["id"]] == replayed[rows[1]["id"]] == sentence_fold(pizza)
+    # the other dev sentences are training sentences too: only the pizza's fold reader differs from the saved one
+    assert [f for f, digest in readers.items() if digest != IntentMixture(shipped).digest()] == [sentence_fold(pizza)]
+    report = load_offramps(offramp).report
+    assert report["reader_learns_split"] is True and report["intent"]["fitted_on"] == 6

@@ -233,3 +233,16 @@ def test_an_uncalibrated_model_needs_its_thresholds_set(tmp_path):
     with pytest.raises(ValueError, match="routing.threshold"):
         routing.make_policy()
     assert calibrated_routing(RoutingOptions(policy="ppl", threshold=2.0), tmp_path).make_policy().threshold == 2.0
+
+
+def test_each_replay_is_judged_by_the_evidence_it_was_read_with():
+    """Replays read by held-out readers (`intent_by_replay`): the intent check is fitted on each replay's own
+    evidence, not on what the model's reader, which learned those sentences, makes of it."""
+    samples = split()
+    knowing = lambda hypothesis: np.array([0.0, 1.0])  # the reader that learned the sentences: sure of them all
+    held_out = {s.id: (lambda h, wrong=s.local.intent != s.reference.intent: np.array([float(wrong), 1.0]))
+                for s in samples}
+    options = OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3)
+    trained = fit_offramps(samples, options, intent=knowing, intent_by_replay=lambda s: held_out[s.id])
+    assert trained.report["intent"]["selectivity_intent"]["roc_auc"] == pytest.approx(1.0)
+    assert trained.intent.probabilities([[1.0, 1.0]])[0] > 0.9 > 0.1 > trained.intent.probabilities([[0.0, 1.0]])[0]

@@ -1,0 +1,42 @@
+"""Readers that did not learn a fold of the replayed split's sentences (`pasu offramp train --reader-learns-split`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from pasu.device.held_out_reader import by_fold, fit_reader, fold_readers, sentence_fold
+from pasu.models.intent_reader import IntentReader, ReaderOptions
+
+# sentences only the replayed split has, each with an intent of its own: a reader knows the intent iff it learned it
+SPLIT_ONLY = {f"please do thing number {n}": f"task_{n}" for n in range(12)}
+
+
+def test_every_recording_of_a_sentence_is_in_its_sentences_fold():
+    sentences = [f"command {n}" for n in range(40)] * 2
+    folds = by_fold(sentences, 5)
+    assert sorted(i for fold in folds for i in fold) == list(range(80))  # each position once
+    assert all(folds)  # 40 sentences reach every fold
+    for f, positions in enumerate(folds):
+        assert {sentence_fold(sentences[i], 5) for i in positions} == {f}
+
+
+def test_each_fold_reader_learns_all_but_its_folds_sentences(commands):
+    readers = fold_readers(commands, SPLIT_ONLY, ReaderOptions(min_df=1), folds=3)
+    assert len(readers) == 3
+    for fold, reader in enumerate(readers):
+        assert {"alarm_set", "play_music", "weather_query"} <= set(reader.classes)  # every training sentence
+        for sentence, intent in SPLIT_ONLY.items():
+            assert (intent in reader.classes) == (sentence_fold(sentence, 3) != fold)
+
+
+def test_a_sentence_the_training_text_holds_keeps_its_label(commands):
+    relabelled = {"play some jazz": "task_jazz", **SPLIT_ONLY}
+    for reader in fold_readers(commands, relabelled, ReaderOptions(min_df=1), folds=2):
+        assert "task_jazz" not in reader.classes
+
+
+def test_a_fitted_reader_reads_as_it_will_once_saved(commands, tmp_path):
+    """float16 weights, as the agent loads them: the replays answer as the shipped reader would."""
+    reader = fit_reader(commands, ReaderOptions(min_df=1))
+    again = IntentReader.load(reader.save(tmp_path))
+    texts = ["set an alarm for seven", "play jazz", "rain today"]
+    assert np.array_equal(reader.distribution(texts, reader.classes), again.distribution(texts, again.classes))
