@@ -7,7 +7,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,12 +85,12 @@ def run_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
-    split_sentences = training_sentences([args.corpus], args.split) if args.reader_learns_split else {}
-    fit_intent_reader([args.corpus, *args.reader_corpus], also=split_sentences).save(out)
+    also_split = args.split if args.reader_learns_split else None
+    fit_intent_reader([args.corpus, *args.reader_corpus], also_split=also_split).save(out)
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check
     model = load_device_model(args.model, out)
-    replay = Replayer(model, args.corpus, args.split, held_out_readers(args, split_sentences))
+    replay = Replayer(model, args.corpus, args.split, held_out_readers(args))
     samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None
@@ -167,17 +167,21 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
 
 
 def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = None,
-                      also: Mapping[str, str] | None = None) -> IntentReader:
+                      also_split: str | None = None) -> IntentReader:
     """The device's intent reader (`options`, default the device's: READER_CHAR_NGRAMS), on the distinct
-    sentences of the corpora's training splits (the first corpus's label wins a sentence two corpora hold) and
-    `also`'s sentence -> intent (those the corpora lack)."""
+    sentences of the corpora's training splits (the first corpus's label wins a sentence two corpora hold) and,
+    with `also_split`, those of that split of the first corpus that they lack."""
     from pasu.models.intent_reader import IntentReader
 
     sentences = training_sentences(corpora)
-    for sentence, intent in (also or {}).items():
-        sentences.setdefault(sentence, intent)
+    learned_from = [f"{corpus}:train" for corpus in corpora]
+    if also_split:
+        for sentence, intent in training_sentences(corpora[:1], also_split).items():
+            sentences.setdefault(sentence, intent)
+        learned_from.append(f"{corpora[0]}:{also_split}")
     print(f"intent reader: fitting on {len(sentences)} sentences", flush=True)
-    return IntentReader.fit(list(sentences), list(sentences.values()), options or device_reader_options())
+    return IntentReader.fit(list(sentences), list(sentences.values()), options or device_reader_options(),
+                            learned_from)
 
 
 def device_reader_options() -> ReaderOptions:
@@ -197,7 +201,7 @@ def training_sentences(corpora: Sequence[Path], split: str = "train") -> dict[st
     return sentences
 
 
-def held_out_readers(args: argparse.Namespace, split_sentences: Mapping[str, str]) -> list[IntentReader] | None:
+def held_out_readers(args: argparse.Namespace) -> list[IntentReader] | None:
     """With --reader-learns-split, one reader per fold of the split's sentences, each without its fold's; else None."""
     if not args.reader_learns_split:
         return None
@@ -206,7 +210,7 @@ def held_out_readers(args: argparse.Namespace, split_sentences: Mapping[str, str
     print(f"intent reader: fitting {READER_FOLDS} readers, each without a fold of the {args.split} sentences",
           flush=True)
     base = training_sentences([args.corpus, *args.reader_corpus])
-    return fold_readers(base, split_sentences, device_reader_options())
+    return fold_readers(base, training_sentences([args.corpus], args.split), device_reader_options())
 
 
 class Replayer:

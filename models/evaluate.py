@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,10 +62,21 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
         if opts.limit:
             utterances = dev_subset(utterances, opts.limit)
         results[split] = evaluate_split(recognizer, utterances, desc=split)
+        if opts.as_agent and _reader_learned(recognizer, corpus_dir, split):
+            results[split]["intent_reader_learned_these_sentences"] = True
+            print(f"warning: the intent reader of {model_dir} learned the sentences of {split} (pasu offramp train "
+                  f"--reader-learns-split), so its intent accuracy there is optimistic; its offramp.json's "
+                  f"`answers` has the held-out one", file=sys.stderr)
     results["decoding"] = asdict(opts.decoding)
     results["model_id"] = recognizer.model_id
     results["corpus"] = str(corpus_dir)
     return results
+
+
+def _reader_learned(agent: Recognizer, corpus_dir: str | Path, split: str) -> bool:
+    """Whether the agent's intent reader (LocalAnswers) learned the sentences of this split."""
+    mixture = agent.model.intent_mixture
+    return mixture is not None and mixture.reader.learned(corpus_dir, split)
 
 
 def _agent(model_dir: str | Path, decoding: DecodingOptions) -> Recognizer:

@@ -40,10 +40,13 @@ class IntentReader:
     """P(intent | transcript) from TF-IDF + logistic regression."""
 
     def __init__(self, vectorizers: Sequence[TfidfVectorizer], classifier: LogisticRegression,
-                 options: ReaderOptions):
+                 options: ReaderOptions, learned_from: Sequence[str] = ()):
         self.vectorizers = list(vectorizers)  # words first, then characters when options.char_ngram_max
         self.classifier = classifier
         self.options = options
+        # where its sentences came from, "CORPUS:SPLIT" (as given; empty: not said): an evaluation on a split it
+        # learned reads sentences it knows (`pasu eval --as-agent` says so). Not part of the digest: no weight.
+        self.learned_from = tuple(learned_from)
         self.classes = [str(c) for c in classifier.classes_]  # the intents it knows, in its columns' order
         self.index = {intent: i for i, intent in enumerate(self.classes)}  # intent -> its column
 
@@ -56,12 +59,21 @@ class IntentReader:
         return h.hexdigest()[:12]
 
     @classmethod
-    def fit(cls, texts: Sequence[str], intents: Sequence[str], options: ReaderOptions = ReaderOptions()) -> IntentReader:
+    def fit(cls, texts: Sequence[str], intents: Sequence[str], options: ReaderOptions = ReaderOptions(),
+            learned_from: Sequence[str] = ()) -> IntentReader:
         vectorizers = _vectorizers(options)
         features = scipy.sparse.hstack([v.fit_transform(texts) for v in vectorizers]).tocsr()
         classifier = LogisticRegression(C=options.c, max_iter=options.max_iter)
         classifier.fit(features, intents)
-        return cls(vectorizers, classifier, options)
+        return cls(vectorizers, classifier, options, learned_from)
+
+    def learned(self, corpus: str | Path, split: str) -> bool:
+        """Whether it learned the sentences of this corpus folder's split."""
+        for source in self.learned_from:
+            folder, _, learned_split = source.rpartition(":")
+            if learned_split == split and Path(folder).resolve() == Path(corpus).resolve():
+                return True
+        return False
 
     def _features(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
         return scipy.sparse.hstack([v.transform(texts) for v in self.vectorizers]).tocsr()
@@ -86,7 +98,8 @@ class IntentReader:
         folder.mkdir(parents=True, exist_ok=True)
         vocabularies = [{term: int(i) for term, i in v.vocabulary_.items()} for v in self.vectorizers]
         meta = {"options": asdict(self.options), "classes": self.classes, "vocabulary": vocabularies[0],
-                "char_vocabulary": vocabularies[1] if len(vocabularies) > 1 else None}
+                "char_vocabulary": vocabularies[1] if len(vocabularies) > 1 else None,
+                "learned_from": list(self.learned_from)}
         (folder / READER_FILES[0]).write_text(json.dumps(meta))
         np.savez_compressed(folder / READER_FILES[1], **self._saved_arrays())
         return folder
@@ -110,7 +123,7 @@ class IntentReader:
         classifier.classes_ = np.array(meta["classes"])
         classifier.coef_ = arrays["coef"].astype(np.float64)
         classifier.intercept_ = arrays["intercept"].astype(np.float64)
-        return cls(vectorizers, classifier, options)
+        return cls(vectorizers, classifier, options, meta.get("learned_from", ()))
 
 
 def _vectorizers(options: ReaderOptions,

@@ -123,6 +123,7 @@ def test_the_reader_learns_the_split_and_its_replays_are_read_by_readers_that_di
     offramp = model / "offramp"
     shipped = IntentReader.load(offramp)
     assert "takeaway_order" in shipped.classes  # learned from dev
+    assert shipped.learned(corpus, "dev") and shipped.learned(corpus, "train")  # and says so (pasu eval warns)
     replayed, readers = {}, {}
     for cache in sorted(offramp.glob("replays-dev.fold*.jsonl")):
         lines = cache.read_text().splitlines()

@@ -52,3 +52,17 @@ def test_character_ngrams_read_a_misheard_word_by_its_right_parts(commands, tmp_
     loaded = IntentReader.load(chars.save(tmp_path))  # both vocabularies saved, still no pickle
     np.testing.assert_allclose(loaded.probabilities(heard, meant), chars.probabilities(heard, meant), atol=2e-3)
     assert loaded.digest() == chars.digest() != words.digest()
+
+
+def test_it_keeps_where_its_sentences_came_from(commands, tmp_path, monkeypatch):
+    """`learned_from` survives a save and load, names no weight (the digest is the same without it) and tells
+    whether a corpus folder's split was learned, however the folder is written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    texts, intents = list(commands), list(commands.values())
+    reader = IntentReader.fit(texts, intents, ReaderOptions(min_df=1), ["corpus:train", "corpus:dev"])
+    again = IntentReader.load(reader.save(tmp_path / "reader"))
+    assert again.learned_from == ("corpus:train", "corpus:dev")
+    assert again.learned(tmp_path / "corpus", "dev") and again.learned("./corpus", "train")
+    assert not again.learned(tmp_path / "corpus", "test") and not again.learned(tmp_path / "other", "dev")
+    assert again.digest() == IntentReader.fit(texts, intents, ReaderOptions(min_df=1)).digest()
