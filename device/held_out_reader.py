@@ -26,7 +26,7 @@ def sentence_fold(sentence: str, folds: int = READER_FOLDS) -> int:
     return int(hashlib.sha1(sentence.encode()).hexdigest(), 16) % folds
 
 
-def fit_reader(sentences: Mapping[str, str], options: ReaderOptions) -> IntentReader:
+def fit_as_saved(sentences: Mapping[str, str], options: ReaderOptions) -> IntentReader:
     """A reader of sentence -> intent, as saved and loaded back (float16 weights): the one the agent would read with."""
     reader = IntentReader.fit(list(sentences), list(sentences.values()), options)
     with tempfile.TemporaryDirectory() as folder:
@@ -43,7 +43,7 @@ def fold_readers(sentences: Mapping[str, str], split_sentences: Mapping[str, str
         for sentence, intent in split_sentences.items():
             if sentence_fold(sentence, folds) != fold:
                 learned.setdefault(sentence, intent)
-        readers.append(fit_reader(learned, options))
+        readers.append(fit_as_saved(learned, options))
     return readers
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from pasu.device.held_out_reader import by_fold, fit_reader, fold_readers, sentence_fold
+from pasu.device.held_out_reader import by_fold, fit_as_saved, fold_readers, sentence_fold
 from pasu.models.intent_reader import IntentReader, ReaderOptions
 
 # sentences only the replayed split has, each with an intent of its own: a reader knows the intent iff it learned it
@@ -36,7 +36,7 @@ def test_a_sentence_the_training_text_holds_keeps_its_label(commands):
 
 def test_a_fitted_reader_reads_as_it_will_once_saved(commands, tmp_path):
     """float16 weights, as the agent loads them: the replays answer as the shipped reader would."""
-    reader = fit_reader(commands, ReaderOptions(min_df=1))
+    reader = fit_as_saved(commands, ReaderOptions(min_df=1))
     again = IntentReader.load(reader.save(tmp_path))
     texts = ["set an alarm for seven", "play jazz", "rain today"]
     assert np.array_equal(reader.distribution(texts, reader.classes), again.distribution(texts, again.classes))
