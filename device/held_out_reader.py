@@ -1,29 +1,48 @@
-"""Intent readers that did not learn a replayed split's sentences, so that the split can teach the shipped reader
-too and still calibrate the intent check.
+"""Intent readers that did not learn a split's sentences, so that the split can teach the shipped reader too and
+still calibrate the intent check and measure the agent.
 
 The device's intent reader learns labelled sentences; the split the offramps are fitted on (dev) holds 2,032 more
-that no training split has. When the shipped reader learns them as well, a replay of a dev utterance must not be
-read by it: it would know the answer, and the intent check fitted on such replays would trust the reader more
-than it should on new sentences. So the split's sentences are cut into folds by a hash of their text, and each
-utterance is replayed and judged with the reader that learned every sentence but those of its own fold (cross-
-fitting, as in stacking).
+that no training split has. When the shipped reader learns them as well, a dev utterance must not be read by it:
+it would know the answer, and the intent check fitted on such replays (or a score on dev) would trust the reader
+more than it should on new sentences. So the split's sentences are cut into folds by a hash of their text, and
+each utterance is read with the reader that learned every sentence but those of its own fold (cross-fitting, as
+in stacking).
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
-from pasu.models.intent_reader import IntentReader, ReaderOptions
+from pasu.models.data import load_split
+from pasu.models.intent_reader import IntentReader, ReaderOptions, names_split
+
+if TYPE_CHECKING:
+    from pasu.device.runtime import DeviceModel
 
 # folds of the split's sentences: each fold's reader learns 4/5 of them, close to the shipped reader's all
 READER_FOLDS = 5
+
+T = TypeVar("T")
 
 
 def sentence_fold(sentence: str, folds: int = READER_FOLDS) -> int:
     """The fold of a sentence: the same for every recording of it, on every machine and run."""
     return int(hashlib.sha1(sentence.encode()).hexdigest(), 16) % folds
+
+
+def learned_sentences(sources: Sequence[str]) -> dict[str, str]:
+    """sentence -> intent over "CORPUS:SPLIT" sources (as `IntentReader.learned_from` names them), the first
+    source's label winning a sentence two hold."""
+    sentences: dict[str, str] = {}
+    for source in sources:
+        corpus, _, split = source.rpartition(":")
+        for utterance in load_split(corpus, split):
+            sentences.setdefault(utterance.text, utterance.intent)
+    return sentences
 
 
 def fit_as_saved(sentences: Mapping[str, str], options: ReaderOptions) -> IntentReader:
@@ -47,9 +66,39 @@ def fold_readers(sentences: Mapping[str, str], split_sentences: Mapping[str, str
     return readers
 
 
+def readers_without(reader: IntentReader, corpus: str | Path, split: str,
+                    folds: int = READER_FOLDS) -> list[IntentReader]:
+    """`reader` refitted once per fold of the split's sentences, each time without that fold's: from its own
+    sources (`learned_from`, which must name the split; their manifests must be at hand) and options."""
+    if not reader.learned(corpus, split):
+        raise ValueError(f"the intent reader did not learn {corpus}:{split} (it learned {list(reader.learned_from)})")
+    held = [s for s in reader.learned_from if names_split(s, corpus, split)]
+    own = [s for s in reader.learned_from if not names_split(s, corpus, split)]
+    return fold_readers(learned_sentences(own), learned_sentences(held), reader.options, folds)
+
+
 def by_fold(sentences: Sequence[str], folds: int = READER_FOLDS) -> list[list[int]]:
     """The positions of `sentences` in each fold."""
     positions: list[list[int]] = [[] for _ in range(folds)]
     for i, sentence in enumerate(sentences):
         positions[sentence_fold(sentence, folds)].append(i)
     return positions
+
+
+def read_by_fold(model: DeviceModel, readers: Sequence[IntentReader], sentences: Sequence[str],
+                 run: Callable[[int, list[int]], list[T]]) -> list[T]:
+    """`run(fold, positions)` once per fold, the model's intent mixture reading with that fold's reader meanwhile;
+    its results (one per position) put back in the order of `sentences`. The model's own mixture is restored."""
+    from pasu.device.intent_offramp import IntentMixture
+
+    own = model.intent_mixture
+    results: list = [None] * len(sentences)
+    try:
+        for fold, positions in enumerate(by_fold(sentences, len(readers))):
+            model.intent_mixture = IntentMixture(readers[fold], own.decoder_share)
+            for i, result in zip(positions, run(fold, positions)):
+                results[i] = result
+    finally:
+        model.intent_mixture = own
+    return results
+

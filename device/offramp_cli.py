@@ -85,12 +85,13 @@ def run_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
-    also_split = args.split if args.reader_learns_split else None
-    fit_intent_reader([args.corpus, *args.reader_corpus], also_split=also_split).save(out)
+    reader = fit_intent_reader([args.corpus, *args.reader_corpus],
+                               also_split=args.split if args.reader_learns_split else None)
+    reader.save(out)
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
-    # pilots' tokens for the intent check
+    # pilots' tokens for the intent check; a reader that learned the split's sentences reads none of them
     model = load_device_model(args.model, out)
-    replay = Replayer(model, args.corpus, args.split, held_out_readers(args))
+    replay = Replayer(model, args.corpus, args.split, held_out_readers(reader, args.corpus, args.split))
     samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None
@@ -171,14 +172,11 @@ def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = N
     """The device's intent reader (`options`, default the device's: READER_CHAR_NGRAMS), on the distinct
     sentences of the corpora's training splits (the first corpus's label wins a sentence two corpora hold) and,
     with `also_split`, those of that split of the first corpus that they lack."""
+    from pasu.device.held_out_reader import learned_sentences
     from pasu.models.intent_reader import IntentReader
 
-    sentences = training_sentences(corpora)
-    learned_from = [f"{corpus}:train" for corpus in corpora]
-    if also_split:
-        for sentence, intent in training_sentences(corpora[:1], also_split).items():
-            sentences.setdefault(sentence, intent)
-        learned_from.append(f"{corpora[0]}:{also_split}")
+    learned_from = [f"{corpus}:train" for corpus in corpora] + ([f"{corpora[0]}:{also_split}"] if also_split else [])
+    sentences = learned_sentences(learned_from)
     print(f"intent reader: fitting on {len(sentences)} sentences", flush=True)
     return IntentReader.fit(list(sentences), list(sentences.values()), options or device_reader_options(),
                             learned_from)
@@ -194,23 +192,19 @@ def device_reader_options() -> ReaderOptions:
 def training_sentences(corpora: Sequence[Path], split: str = "train") -> dict[str, str]:
     """sentence -> intent over the distinct sentences of the corpora's `split` (the first corpus's label wins a
     sentence two corpora hold)."""
-    sentences: dict[str, str] = {}
-    for corpus in corpora:
-        for utterance in load_split(corpus, split):
-            sentences.setdefault(utterance.text, utterance.intent)
-    return sentences
+    from pasu.device.held_out_reader import learned_sentences
+
+    return learned_sentences([f"{corpus}:{split}" for corpus in corpora])
 
 
-def held_out_readers(args: argparse.Namespace) -> list[IntentReader] | None:
-    """With --reader-learns-split, one reader per fold of the split's sentences, each without its fold's; else None."""
-    if not args.reader_learns_split:
+def held_out_readers(reader: IntentReader, corpus: Path, split: str) -> list[IntentReader] | None:
+    """When `reader` learned the split's sentences, one reader per fold of them, each without its fold's; else None."""
+    if not reader.learned(corpus, split):
         return None
-    from pasu.device.held_out_reader import READER_FOLDS, fold_readers
+    from pasu.device.held_out_reader import READER_FOLDS, readers_without
 
-    print(f"intent reader: fitting {READER_FOLDS} readers, each without a fold of the {args.split} sentences",
-          flush=True)
-    base = training_sentences([args.corpus, *args.reader_corpus])
-    return fold_readers(base, training_sentences([args.corpus], args.split), device_reader_options())
+    print(f"intent reader: fitting {READER_FOLDS} readers, each without a fold of the {split} sentences", flush=True)
+    return readers_without(reader, corpus, split)
 
 
 class Replayer:
@@ -218,38 +212,32 @@ class Replayer:
     given fold readers (`held_out_readers`), by the reader of its sentence's fold."""
 
     def __init__(self, model: DeviceModel, corpus: Path, split: str, readers: Sequence[IntentReader] | None = None):
-        from pasu.device.intent_offramp import IntentEvidence, IntentMixture
-
-        self.model, self.corpus, self.split = model, corpus, split
-        # fold readers come with the model's own, just saved: the same decoder's share
-        self.mixtures = [IntentMixture(r, model.intent_mixture.decoder_share) for r in readers] if readers else None
-        self.evidences = [IntentEvidence(m, model.read) for m in self.mixtures] if self.mixtures else None
+        self.model, self.corpus, self.split, self.readers = model, corpus, split, readers
         self.fold_of: dict[str, int] = {}  # utterance id -> fold, for every utterance replayed
 
     def __call__(self, utterances: Sequence[Utterance], cache: Path) -> list:
-        if self.mixtures is None:
+        if not self.readers:
             return collect_split(self.model, self.corpus, self.split, utterances, cache)
-        from pasu.device.held_out_reader import by_fold
+        from pasu.device.held_out_reader import read_by_fold
 
-        own, samples = self.model.intent_mixture, [None] * len(utterances)
-        try:
-            for fold, positions in enumerate(by_fold([u.text for u in utterances], len(self.mixtures))):
-                self.model.intent_mixture = self.mixtures[fold]
-                part = [utterances[i] for i in positions]
-                fold_cache = cache.with_name(f"{cache.stem}.fold{fold}{cache.suffix}")
-                for i, sample in zip(positions, collect_split(self.model, self.corpus, self.split, part, fold_cache)):
-                    samples[i] = sample
-                self.fold_of.update((u.id, fold) for u in part)
-        finally:
-            self.model.intent_mixture = own
-        return samples
+        def collect_fold(fold: int, positions: list[int]) -> list:
+            part = [utterances[i] for i in positions]
+            self.fold_of.update((u.id, fold) for u in part)
+            fold_cache = cache.with_name(f"{cache.stem}.fold{fold}{cache.suffix}")
+            return collect_split(self.model, self.corpus, self.split, part, fold_cache)
+
+        return read_by_fold(self.model, self.readers, [u.text for u in utterances], collect_fold)
 
     @property
     def evidence(self) -> Callable[[OfframpSample], IntentEvidence] | None:
         """replay -> the intent evidence it is judged by (its fold reader's); None: the model's own for all."""
-        if self.evidences is None:
+        if not self.readers:
             return None
-        return lambda sample: self.evidences[self.fold_of[sample.id]]
+        from pasu.device.intent_offramp import IntentEvidence, IntentMixture
+
+        share = self.model.intent_mixture.decoder_share
+        evidences = [IntentEvidence(IntentMixture(r, share), self.model.read) for r in self.readers]
+        return lambda sample: evidences[self.fold_of[sample.id]]
 
 
 def cloud_word_edits(folder: Path, utterances: Sequence[Utterance], cache: Path) -> list[int]:

@@ -69,11 +69,7 @@ class IntentReader:
 
     def learned(self, corpus: str | Path, split: str) -> bool:
         """Whether it learned the sentences of this corpus folder's split."""
-        for source in self.learned_from:
-            folder, _, learned_split = source.rpartition(":")
-            if learned_split == split and Path(folder).resolve() == Path(corpus).resolve():
-                return True
-        return False
+        return any(names_split(source, corpus, split) for source in self.learned_from)
 
     def _features(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
         return scipy.sparse.hstack([v.transform(texts) for v in self.vectorizers]).tocsr()
@@ -124,6 +120,13 @@ class IntentReader:
         classifier.coef_ = arrays["coef"].astype(np.float64)
         classifier.intercept_ = arrays["intercept"].astype(np.float64)
         return cls(vectorizers, classifier, options, meta.get("learned_from", ()))
+
+
+def names_split(source: str, corpus: str | Path, split: str) -> bool:
+    """Whether a "CORPUS:SPLIT" source (`IntentReader.learned_from`) is this corpus folder's split, however the
+    folder is written."""
+    folder, _, source_split = source.rpartition(":")
+    return source_split == split and Path(folder).resolve() == Path(corpus).resolve()
 
 
 def _vectorizers(options: ReaderOptions,

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
-from pasu.device.held_out_reader import by_fold, fit_as_saved, fold_readers, sentence_fold
+import pytest
+from pasu.device.held_out_reader import (
+    by_fold,
+    fit_as_saved,
+    fold_readers,
+    read_by_fold,
+    readers_without,
+    sentence_fold,
+)
 from pasu.models.intent_reader import IntentReader, ReaderOptions
 
 # sentences only the replayed split has, each with an intent of its own: a reader knows the intent iff it learned it
@@ -40,3 +48,29 @@ def test_a_fitted_reader_reads_as_it_will_once_saved(commands, tmp_path):
     again = IntentReader.load(reader.save(tmp_path))
     texts = ["set an alarm for seven", "play jazz", "rain today"]
     assert np.array_equal(reader.distribution(texts, reader.classes), again.distribution(texts, again.classes))
+
+
+def test_each_fold_is_read_by_its_reader_and_the_models_own_comes_back(commands, small_reader, tmp_path):
+    from pasu.device.intent_offramp import IntentMixture
+    from pasu.device.offramp_train import load_device_model
+
+    import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
+
+    model = load_device_model(support.write_model_folder(tmp_path / "model"))
+    model.intent_mixture = IntentMixture(small_reader, 0.5)
+    readers = fold_readers(commands, SPLIT_ONLY, ReaderOptions(min_df=1), folds=3)
+    sentences = list(SPLIT_ONLY) * 2
+
+    def run(fold, positions):
+        assert model.intent_mixture.reader is readers[fold] and model.intent_mixture.decoder_share == 0.5
+        return [(fold, sentences[i]) for i in positions]
+
+    results = read_by_fold(model, readers, sentences, run)
+    assert [s for _, s in results] == sentences  # back in the sentences' order
+    assert all(fold == sentence_fold(s, 3) for fold, s in results)
+    assert model.intent_mixture.reader is small_reader
+
+
+def test_a_reader_that_did_not_learn_the_split_has_none_to_hold_out(small_reader):
+    with pytest.raises(ValueError, match="did not learn"):
+        readers_without(small_reader, "data/corpus-full", "dev")

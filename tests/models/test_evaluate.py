@@ -45,28 +45,29 @@ def test_eval_as_agent_scores_the_devices_answers_with_its_intent_reader(corpus_
     results = json.loads(out.read_text())
     assert results["dev"]["n"] == 3 and 0.0 <= results["dev"]["intent_accuracy"] <= 1.0
     assert "+intent-reader@" in results["model_id"]  # the reader the answers weighed in is named
+    assert "intent_reader" not in results["dev"]  # it did not learn dev: read as it is
 
 
-def test_eval_as_agent_says_when_its_reader_learned_the_split(corpus_and_model, commands, tmp_path):
-    """A reader fitted on dev's sentences (`pasu offramp train --reader-learns-split`) reads dev optimistically: the
-    scores say so; a split it did not learn is scored without the flag."""
+def test_eval_as_agent_reads_a_split_its_reader_learned_with_readers_that_did_not(corpus_and_model, tmp_path):
+    """A reader fitted on dev's sentences too (`pasu offramp train --reader-learns-split`) would read dev knowing
+    the answers: dev is then read by readers refitted from the reader's own sources, each without a fold of dev's
+    sentences, and the scores say so."""
     import shutil
 
-    from pasu.models.intent_reader import IntentReader, ReaderOptions
+    from pasu.device.offramp_cli import fit_intent_reader
+    from pasu.models.intent_reader import ReaderOptions
 
     corpus, model = corpus_and_model
     folder = shutil.copytree(model, tmp_path / "model")
-    IntentReader.fit(list(commands), list(commands.values()), ReaderOptions(min_df=1),
-                     [f"{corpus}:dev"]).save(folder / "offramp")
+    fit_intent_reader([corpus], ReaderOptions(min_df=1), also_split="dev").save(folder / "offramp")
     out = tmp_path / "eval.json"
     proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(folder), "--corpus", str(corpus),
-                           "--splits", "dev,train", "--limit", "2", "--beam", "2", "--threads", "1", "--as-agent",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+                           "--splits", "dev", "--beam", "2", "--threads", "1", "--as-agent", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(out.read_text())
-    assert results["dev"]["intent_reader_learned_these_sentences"] is True
-    assert "learned the sentences of dev" in proc.stderr
-    assert "intent_reader_learned_these_sentences" not in results["train"]
+    assert results["dev"]["intent_reader"] == "held out by sentence fold" and results["dev"]["n"] == 3
+    assert "the intent reader learned these sentences" in proc.stderr
 
 
 def test_eval_as_agent_refuses_a_folder_that_is_no_device_model(corpus_and_model, tmp_path):
