@@ -31,18 +31,22 @@ def test_eval_command_writes_scores_per_split(corpus_and_model, tmp_path):
     assert scores["decode_rtf"] > 0
 
 
-def test_eval_as_agent_scores_the_devices_answers_with_its_intent_reader(corpus_and_model, small_reader, tmp_path):
+def _eval_dev_as_agent(corpus, model, reader, tmp_path) -> tuple[dict, str]:
+    """`pasu eval --as-agent` on dev, the model's offramp folder holding `reader`: the scores and stderr."""
     import shutil
 
-    corpus, model = corpus_and_model
     folder = shutil.copytree(model, tmp_path / "model")
-    small_reader.save(folder / "offramp")
+    reader.save(folder / "offramp")
     out = tmp_path / "eval.json"
     proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(folder), "--corpus", str(corpus),
                            "--splits", "dev", "--beam", "2", "--threads", "1", "--as-agent", "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(out.read_text())
+    return json.loads(out.read_text()), proc.stderr
+
+
+def test_eval_as_agent_scores_the_devices_answers_with_its_intent_reader(corpus_and_model, small_reader, tmp_path):
+    results, _ = _eval_dev_as_agent(*corpus_and_model, small_reader, tmp_path)
     assert results["dev"]["n"] == 3 and 0.0 <= results["dev"]["intent_accuracy"] <= 1.0
     assert "+intent-reader@" in results["model_id"]  # the reader the answers weighed in is named
     assert "intent_reader" not in results["dev"]  # it did not learn dev: read as it is
@@ -52,22 +56,14 @@ def test_eval_as_agent_reads_a_split_its_reader_learned_with_readers_that_did_no
     """A reader fitted on dev's sentences too (`pasu offramp train --reader-learns-split`) would read dev knowing
     the answers: dev is then read by readers refitted from the reader's own sources, each without a fold of dev's
     sentences, and the scores say so."""
-    import shutil
-
     from pasu.device.offramp_cli import fit_intent_reader
     from pasu.models.intent_reader import ReaderOptions
 
     corpus, model = corpus_and_model
-    folder = shutil.copytree(model, tmp_path / "model")
-    fit_intent_reader([corpus], ReaderOptions(min_df=1), also_split="dev").save(folder / "offramp")
-    out = tmp_path / "eval.json"
-    proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(folder), "--corpus", str(corpus),
-                           "--splits", "dev", "--beam", "2", "--threads", "1", "--as-agent", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(out.read_text())
+    reader = fit_intent_reader([corpus], ReaderOptions(min_df=1), also_split="dev")
+    results, stderr = _eval_dev_as_agent(corpus, model, reader, tmp_path)
     assert results["dev"]["intent_reader"] == "held out by sentence fold" and results["dev"]["n"] == 3
-    assert "the intent reader learned these sentences" in proc.stderr
+    assert "the intent reader learned these sentences" in stderr
 
 
 def test_eval_as_agent_refuses_a_folder_that_is_no_device_model(corpus_and_model, tmp_path):
