@@ -82,13 +82,19 @@ def run(args: argparse.Namespace) -> int:
     report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
     intent = intent_offramp(model, offramp_folder, offramps.intent) if "intent" in report else None
+    learned = model.intent_mixture is not None and model.intent_mixture.reader.learned(args.corpus, args.split)
+    if learned:  # its answers and the intent check would read sentences the reader knows
+        print(f"warning: the intent reader learned the sentences of {args.split} (pasu offramp train "
+              "--reader-learns-split): its intents and the intent check are optimistic there; bench on test",
+              file=sys.stderr)
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     encodings = upload_encodings(args.encoding, profiles)
     calls, proxies = offload_all(cloud_model, utterances, samples, encodings, args.deadline, args.seed)
     results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "split": args.split,
-               "utterances": len(samples), "network_emulation": EMULATION, "profiles": {}}
+               "utterances": len(samples), "intent_reader_learned_split": learned, "network_emulation": EMULATION,
+               "profiles": {}}
     print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
     print(f"network emulation: {EMULATION}")
     for profile in profiles:
