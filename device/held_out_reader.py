@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from pasu.models.data import load_split
+from pasu.models.data import MissingSplitError, load_split
 from pasu.models.intent_reader import IntentReader, ReaderOptions, names_split
 
 if TYPE_CHECKING:
@@ -74,7 +74,12 @@ def readers_without(reader: IntentReader, corpus: str | Path, split: str,
         raise ValueError(f"the intent reader did not learn {corpus}:{split} (it learned {list(reader.learned_from)})")
     held = [s for s in reader.learned_from if names_split(s, corpus, split)]
     own = [s for s in reader.learned_from if not names_split(s, corpus, split)]
-    return fold_readers(learned_sentences(own), learned_sentences(held), reader.options, folds)
+    try:
+        sentences, split_sentences = learned_sentences(own), learned_sentences(held)
+    except MissingSplitError as e:  # a source this machine lacks (e.g. a corpus built elsewhere)
+        raise MissingSplitError(f"reading {corpus}:{split} held out refits the intent reader on what it learned "
+                                f"({', '.join(reader.learned_from)}): {e}") from e
+    return fold_readers(sentences, split_sentences, reader.options, folds)
 
 
 def by_fold(sentences: Sequence[str], folds: int = READER_FOLDS) -> list[list[int]]:

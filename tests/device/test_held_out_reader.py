@@ -74,3 +74,14 @@ def test_each_fold_is_read_by_its_reader_and_the_models_own_comes_back(commands,
 def test_a_reader_that_did_not_learn_the_split_has_none_to_hold_out(small_reader):
     with pytest.raises(ValueError, match="did not learn"):
         readers_without(small_reader, "data/corpus-full", "dev")
+
+
+def test_a_source_this_machine_lacks_is_named(commands, tmp_path):
+    """Refitting needs every corpus the reader learned from: the error says which the reader names."""
+    from pasu.models.data import MissingSplitError, write_synthetic_corpus
+
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=4, n_dev=2)
+    reader = IntentReader.fit(list(commands), list(commands.values()), ReaderOptions(min_df=1),
+                              [f"{tmp_path / 'gone'}:train", f"{corpus}:dev"])
+    with pytest.raises(MissingSplitError, match="refits the intent reader on what it learned .*gone:train"):
+        readers_without(reader, corpus, "dev")
