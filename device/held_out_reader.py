@@ -12,6 +12,7 @@ in stacking).
 from __future__ import annotations
 
 import hashlib
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -72,6 +73,8 @@ def readers_without(reader: IntentReader, corpus: str | Path, split: str,
     sources (`learned_from`, which must name the split; their manifests must be at hand) and options."""
     if not reader.learned(corpus, split):
         raise ValueError(f"the intent reader did not learn {corpus}:{split} (it learned {list(reader.learned_from)})")
+    print(f"{split}: the intent reader learned these sentences; fitting {folds} readers, each without a fold of them",
+          file=sys.stderr, flush=True)
     held = [s for s in reader.learned_from if names_split(s, corpus, split)]
     own = [s for s in reader.learned_from if not names_split(s, corpus, split)]
     try:
@@ -80,6 +83,11 @@ def readers_without(reader: IntentReader, corpus: str | Path, split: str,
         raise MissingSplitError(f"reading {corpus}:{split} held out refits the intent reader on what it learned "
                                 f"({', '.join(reader.learned_from)}): {e}") from e
     return fold_readers(sentences, split_sentences, reader.options, folds)
+
+
+def model_reader_learned(model: DeviceModel, corpus: str | Path, split: str) -> bool:
+    """Whether the intent reader the model answers with learned the sentences of this corpus folder's split."""
+    return model.intent_mixture is not None and model.intent_mixture.reader.learned(corpus, split)
 
 
 def by_fold(sentences: Sequence[str], folds: int = READER_FOLDS) -> list[list[int]]:

@@ -72,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from pasu.device.held_out_reader import readers_without
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
         OfframpTrainOptions,
@@ -91,7 +92,8 @@ def run_train(args: argparse.Namespace) -> int:
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check; a reader that learned the split's sentences reads none of them
     model = load_device_model(args.model, out)
-    replay = Replayer(model, args.corpus, args.split, held_out_readers(reader, args.corpus, args.split))
+    held_out = readers_without(reader, args.corpus, args.split) if args.reader_learns_split else None
+    replay = Replayer(model, args.corpus, args.split, held_out)
     samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None
@@ -197,23 +199,12 @@ def training_sentences(corpora: Sequence[Path], split: str = "train") -> dict[st
     return learned_sentences([f"{corpus}:{split}" for corpus in corpora])
 
 
-def held_out_readers(reader: IntentReader, corpus: Path, split: str) -> list[IntentReader] | None:
-    """When `reader` learned the split's sentences, one reader per fold of them, each without its fold's; else None."""
-    if not reader.learned(corpus, split):
-        return None
-    from pasu.device.held_out_reader import READER_FOLDS, readers_without
-
-    print(f"intent reader: fitting {READER_FOLDS} readers, each without a fold of the {split} sentences", flush=True)
-    return readers_without(reader, corpus, split)
-
-
 class Replayer:
     """Replays utterances of a split by the device model (cached), each read by the model's own intent reader or,
-    given fold readers (`held_out_readers`), by the reader of its sentence's fold."""
+    given fold readers (`held_out_reader.readers_without`), by the reader of its sentence's fold."""
 
     def __init__(self, model: DeviceModel, corpus: Path, split: str, readers: Sequence[IntentReader] | None = None):
         self.model, self.corpus, self.split, self.readers = model, corpus, split, readers
-        self.fold_of: dict[str, int] = {}  # utterance id -> fold, for every utterance replayed
 
     def __call__(self, utterances: Sequence[Utterance], cache: Path) -> list:
         if not self.readers:
@@ -222,7 +213,6 @@ class Replayer:
 
         def collect_fold(fold: int, positions: list[int]) -> list:
             part = [utterances[i] for i in positions]
-            self.fold_of.update((u.id, fold) for u in part)
             fold_cache = cache.with_name(f"{cache.stem}.fold{fold}{cache.suffix}")
             return collect_split(self.model, self.corpus, self.split, part, fold_cache)
 
@@ -233,11 +223,12 @@ class Replayer:
         """replay -> the intent evidence it is judged by (its fold reader's); None: the model's own for all."""
         if not self.readers:
             return None
+        from pasu.device.held_out_reader import sentence_fold
         from pasu.device.intent_offramp import IntentEvidence, IntentMixture
 
         share = self.model.intent_mixture.decoder_share
         evidences = [IntentEvidence(IntentMixture(r, share), self.model.read) for r in self.readers]
-        return lambda sample: evidences[self.fold_of[sample.id]]
+        return lambda sample: evidences[sentence_fold(sample.reference.text, len(evidences))]
 
 
 def cloud_word_edits(folder: Path, utterances: Sequence[Utterance], cache: Path) -> list[int]:

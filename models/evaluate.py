@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,19 +90,18 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
 
 
 def _reader_learned(agent: Recognizer, corpus_dir: str | Path, split: str) -> bool:
-    """Whether the agent's intent reader (LocalAnswers) learned the sentences of this split."""
-    mixture = agent.model.intent_mixture
-    return mixture is not None and mixture.reader.learned(corpus_dir, split)
+    """Whether the intent reader the agent (LocalAnswers) answers with learned the sentences of this split."""
+    from pasu.device.held_out_reader import model_reader_learned
+
+    return model_reader_learned(agent.model, corpus_dir, split)
 
 
 def _evaluate_held_out(agent: Recognizer, corpus_dir: str | Path, split: str,
                        utterances: Sequence[Utterance]) -> dict:
     """The agent scored on a split its intent reader learned (`pasu offramp train --reader-learns-split`): each
     utterance read by the reader refitted without its sentence's fold, as on sentences it never saw."""
-    from pasu.device.held_out_reader import READER_FOLDS, read_by_fold, readers_without
+    from pasu.device.held_out_reader import read_by_fold, readers_without
 
-    print(f"{split}: the intent reader learned these sentences; fitting {READER_FOLDS} readers, each without a fold "
-          "of them", file=sys.stderr)
     readers = readers_without(agent.model.intent_mixture.reader, corpus_dir, split)
     decoded = read_by_fold(agent.model, readers, [u.text for u in utterances],
                            lambda fold, positions: decode_split(agent, [utterances[i] for i in positions],

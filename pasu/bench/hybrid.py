@@ -67,6 +67,7 @@ def register(benches: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pasu.device.held_out_reader import model_reader_learned
     from pasu.device.offramp_cli import collect_split
     from pasu.device.offramp_train import OFFRAMP_DIR, intent_offramp, load_device_model, load_offramps
     from pasu.models.data import dev_subset, load_split
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
     intent = intent_offramp(model, offramp_folder, offramps.intent) if "intent" in report else None
-    learned = model.intent_mixture is not None and model.intent_mixture.reader.learned(args.corpus, args.split)
+    learned = model_reader_learned(model, args.corpus, args.split)
     if learned:  # its answers and the intent check would read sentences the reader knows
         print(f"warning: the intent reader learned the sentences of {args.split} (pasu offramp train "
               "--reader-learns-split): its intents and the intent check are optimistic there; bench on test",
