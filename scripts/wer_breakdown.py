@@ -1,0 +1,133 @@
+"""Where the device's word errors are, with the cloud's beside them: by TTS engine, by noise level, and on the
+reference words that no training sentence holds. The measurement behind the device card's "Where the word
+errors are" (issue 3's 12% WER bar).
+
+Reads the device's answers from a replay file (`pasu bench hybrid --out`) and, when given, the cloud's answers
+for the same utterances (`scripts/cloud_answers.py`); no decoding, a few seconds.
+
+    .venv/bin/python scripts/wer_breakdown.py exp/hybrid45/replays-test.jsonl --cloud-answers exp/cloud-test1000-14.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pasu.device.offramp_data import load_samples
+from pasu.metrics import word_edits
+from pasu.models.asr_noise import aligned_words
+
+# The training corpora of the shipped device model's last run (its config.yaml, `options.data`).
+DEVICE_TRAINING = ("data/corpus-full", "data/corpus-full-p4", "data/corpus-full-s5", "data/corpus-full-s6")
+
+
+@dataclass
+class Tally:
+    """Word edits of each recognizer over a group of utterances."""
+
+    utterances: int = 0
+    words: int = 0
+    edits: Counter = field(default_factory=Counter)  # recognizer -> word edits
+
+    def wer(self, recognizer: str) -> float:
+        return self.edits[recognizer] / self.words if self.words else 0.0
+
+
+def training_words(corpora: Iterable[str]) -> set[str]:
+    """Every word of every distinct training sentence."""
+    words: set[str] = set()
+    for corpus in corpora:
+        with open(Path(corpus) / "train.jsonl") as rows:
+            for line in rows:
+                words.update(json.loads(line)["text"].split())
+    return words
+
+
+def condition_of(row: dict, by: str) -> str:
+    """The utterance's TTS engine, or its SNR in 5-dB bins ('clean': no noise added)."""
+    if by == "engine":
+        return row["engine"]
+    snr = row["augmentation"]["snr_db"]
+    if snr is None:
+        return "clean"
+    low = int(snr // 5) * 5
+    return f"{low}-{low + 5} dB"
+
+
+def absent_word_misses(ref: str, hyp: str, known: set[str]) -> tuple[int, int]:
+    """(reference words no training sentence holds, how many of them the transcript does not have in place)."""
+    pairs, _ = aligned_words(ref, hyp)
+    absent = [(word, heard) for word, heard in pairs if word not in known]
+    return len(absent), sum(word != heard for word, heard in absent)
+
+
+def group_order(label: str) -> tuple[bool, float, str]:
+    """Engines by name; SNR bins from the noisiest, 'clean' last."""
+    low = label.split("-")[0]
+    return label == "clean", float(low) if low.isdigit() else 0.0, label
+
+
+def print_table(title: str, tallies: dict[str, Tally], recognizers: list[str]) -> None:
+    total = {name: sum(t.edits[name] for t in tallies.values()) for name in recognizers}
+    print(f"\n{title}\n")
+    print("| group | utterances | words | " + " | ".join(f"{n} WER | share of {n}'s edits" for n in recognizers) + " |")
+    print("|---" * (3 + 2 * len(recognizers)) + "|")
+    for group, tally in sorted(tallies.items(), key=lambda item: group_order(item[0])):
+        cells = [f"{tally.wer(n):.1%} | {tally.edits[n] / max(total[n], 1):.1%}" for n in recognizers]
+        print(f"| {group} | {tally.utterances} | {tally.words} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("replays", type=Path, help="a replay file of the device's answers")
+    parser.add_argument("--cloud-answers", type=Path, default=None, help="scripts/cloud_answers.py's JSON")
+    parser.add_argument("--corpus", type=Path, default=Path("data/corpus-full"))
+    parser.add_argument("--split", default="test", help="the corpus split the replays are of")
+    parser.add_argument("--training-corpora", nargs="+", default=list(DEVICE_TRAINING),
+                        help="corpora whose training sentences count as known text")
+    args = parser.parse_args()
+
+    samples = load_samples(args.replays)
+    if not samples:
+        raise SystemExit(f"{args.replays}: no replays")
+    manifest = {row["id"]: row for row in map(json.loads, open(args.corpus / f"{args.split}.jsonl"))}
+    transcripts: dict[str, Callable[[str], str]] = {"device": {s.id: s.local.text for s in samples}.__getitem__}
+    if args.cloud_answers:
+        cloud = json.loads(args.cloud_answers.read_text())
+        transcripts["cloud"] = lambda uid: cloud[uid]["text"]
+    known = training_words(args.training_corpora)
+
+    groups: dict[str, dict[str, Tally]] = {"engine": defaultdict(Tally), "snr": defaultdict(Tally)}
+    overall, absent, missed = Tally(), 0, Counter()
+    for sample in samples:
+        ref = sample.reference.text
+        tallies = [overall, *(g[condition_of(manifest[sample.id], by)] for by, g in groups.items())]
+        for tally in tallies:
+            tally.utterances += 1
+            tally.words += len(ref.split())
+        for name, transcript in transcripts.items():
+            hyp = transcript(sample.id)
+            for tally in tallies:
+                tally.edits[name] += word_edits(ref, hyp)
+            n_absent, n_missed = absent_word_misses(ref, hyp, known)
+            missed[name] += n_missed
+        absent += n_absent
+
+    names = list(transcripts)
+    print(f"{overall.utterances} `{args.split}` utterances, {overall.words} reference words; "
+          + ", ".join(f"{n} WER {overall.wer(n):.1%}" for n in names))
+    print_table("By TTS engine", groups["engine"], names)
+    print_table("By noise (SNR of the added noise)", groups["snr"], names)
+    print(f"\nReference words that no training sentence holds ({len(known):,} known word types): {absent} "
+          f"({absent / overall.words:.1%} of the words)")
+    for name in names:
+        print(f"- {name}: {missed[name]} of them not recognized ({missed[name] / max(absent, 1):.0%}); WER with them "
+              f"all right and nothing else changed {(overall.edits[name] - missed[name]) / overall.words:.1%}")
+
+
+if __name__ == "__main__":
+    main()
