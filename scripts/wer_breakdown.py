@@ -38,7 +38,7 @@ class Tally:
 
 
 def training_words(corpora: Iterable[str]) -> set[str]:
-    """Every word of every distinct training sentence."""
+    """Every word of the corpora's training sentences."""
     words: set[str] = set()
     for corpus in corpora:
         with open(Path(corpus) / "train.jsonl") as rows:
@@ -58,11 +58,10 @@ def condition_of(row: dict, by: str) -> str:
     return f"{low}-{low + 5} dB"
 
 
-def absent_word_misses(ref: str, hyp: str, known: set[str]) -> tuple[int, int]:
-    """(reference words no training sentence holds, how many of them the transcript does not have in place)."""
+def absent_word_misses(ref: str, hyp: str, known: set[str]) -> int:
+    """How many reference words that no training sentence holds the transcript does not have in their place."""
     pairs, _ = aligned_words(ref, hyp)
-    absent = [(word, heard) for word, heard in pairs if word not in known]
-    return len(absent), sum(word != heard for word, heard in absent)
+    return sum(word != heard for word, heard in pairs if word not in known)
 
 
 def group_order(label: str) -> tuple[bool, float, str]:
@@ -113,9 +112,8 @@ def main() -> None:
             hyp = transcript(sample.id)
             for tally in tallies:
                 tally.edits[name] += word_edits(ref, hyp)
-            n_absent, n_missed = absent_word_misses(ref, hyp, known)
-            missed[name] += n_missed
-        absent += n_absent
+            missed[name] += absent_word_misses(ref, hyp, known)
+        absent += sum(word not in known for word in ref.split())
 
     names = list(transcripts)
     print(f"{overall.utterances} `{args.split}` utterances, {overall.words} reference words; "
