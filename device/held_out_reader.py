@@ -22,6 +22,7 @@ from pasu.models.data import MissingSplitError, load_split
 from pasu.models.intent_reader import IntentReader, ReaderOptions, names_split
 
 if TYPE_CHECKING:
+    from pasu.device.intent_offramp import IntentMixture
     from pasu.device.runtime import DeviceModel
 
 # folds of the split's sentences: each fold's reader learns 4/5 of them, close to the shipped reader's all
@@ -98,17 +99,22 @@ def by_fold(sentences: Sequence[str], folds: int = READER_FOLDS) -> list[list[in
     return positions
 
 
+def fold_mixtures(model: DeviceModel, readers: Sequence[IntentReader]) -> list[IntentMixture]:
+    """The model's intent mixture (its decoder's share) with each fold's reader in place of its own."""
+    from pasu.device.intent_offramp import IntentMixture
+
+    return [IntentMixture(reader, model.intent_mixture.decoder_share) for reader in readers]
+
+
 def read_by_fold(model: DeviceModel, readers: Sequence[IntentReader], sentences: Sequence[str],
                  run: Callable[[int, list[int]], list[T]]) -> list[T]:
     """`run(fold, positions)` once per fold, the model's intent mixture reading with that fold's reader meanwhile;
     its results (one per position) put back in the order of `sentences`. The model's own mixture is restored."""
-    from pasu.device.intent_offramp import IntentMixture
-
-    own = model.intent_mixture
+    own, mixtures = model.intent_mixture, fold_mixtures(model, readers)
     results: list = [None] * len(sentences)
     try:
         for fold, positions in enumerate(by_fold(sentences, len(readers))):
-            model.intent_mixture = IntentMixture(readers[fold], own.decoder_share)
+            model.intent_mixture = mixtures[fold]
             for i, result in zip(positions, run(fold, positions)):
                 results[i] = result
     finally:

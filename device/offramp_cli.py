@@ -223,11 +223,10 @@ class Replayer:
         """replay -> the intent evidence it is judged by (its fold reader's); None: the model's own for all."""
         if not self.readers:
             return None
-        from pasu.device.held_out_reader import sentence_fold
-        from pasu.device.intent_offramp import IntentEvidence, IntentMixture
+        from pasu.device.held_out_reader import fold_mixtures, sentence_fold
+        from pasu.device.intent_offramp import IntentEvidence
 
-        share = self.model.intent_mixture.decoder_share
-        evidences = [IntentEvidence(IntentMixture(r, share), self.model.read) for r in self.readers]
+        evidences = [IntentEvidence(m, self.model.read) for m in fold_mixtures(self.model, self.readers)]
         return lambda sample: evidences[sentence_fold(sample.reference.text, len(evidences))]
 
 

@@ -75,11 +75,16 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
         from pasu.models.text_intent import TextIntentClassifier
 
         recognizer = TextIntentPass(recognizer, TextIntentClassifier.load(opts.text_intent))
+    held_out: set[str] = set()  # splits the agent's intent reader learned: read by fold readers
+    if opts.as_agent:
+        from pasu.device.held_out_reader import model_reader_learned
+
+        held_out = {split for split in splits if model_reader_learned(recognizer.model, corpus_dir, split)}
     results = {}
     for split, utterances in splits.items():
         if opts.limit:
             utterances = dev_subset(utterances, opts.limit)
-        if opts.as_agent and _reader_learned(recognizer, corpus_dir, split):
+        if split in held_out:
             results[split] = _evaluate_held_out(recognizer, corpus_dir, split, utterances)
         else:
             results[split] = evaluate_split(recognizer, utterances, desc=split)
@@ -87,13 +92,6 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
     results["model_id"] = recognizer.model_id
     results["corpus"] = str(corpus_dir)
     return results
-
-
-def _reader_learned(agent: Recognizer, corpus_dir: str | Path, split: str) -> bool:
-    """Whether the intent reader the agent (LocalAnswers) answers with learned the sentences of this split."""
-    from pasu.device.held_out_reader import model_reader_learned
-
-    return model_reader_learned(agent.model, corpus_dir, split)
 
 
 def _evaluate_held_out(agent: Recognizer, corpus_dir: str | Path, split: str,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pasu.device.offramp_cli import training_sentences
 from pasu.device.offramp_data import load_samples
 from pasu.metrics import word_edits
 from pasu.models.asr_noise import aligned_words
@@ -39,12 +40,7 @@ class Tally:
 
 def training_words(corpora: Iterable[str]) -> set[str]:
     """Every word of the corpora's training sentences."""
-    words: set[str] = set()
-    for corpus in corpora:
-        with open(Path(corpus) / "train.jsonl") as rows:
-            for line in rows:
-                words.update(json.loads(line)["text"].split())
-    return words
+    return {word for sentence in training_sentences([Path(c) for c in corpora]) for word in sentence.split()}
 
 
 def condition_of(row: dict, by: str) -> str:
