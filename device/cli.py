@@ -14,7 +14,7 @@ from pasu.settings import shipped_model
 POLICIES = ("on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent")
 
 if TYPE_CHECKING:
-    from pasu.device.cloud_client import CloudClient
+    from pasu.device.cloud_client import ClientTls, CloudClient
     from pasu.device.config import DeviceConfig
     from pasu.device.routing import Policy, RoutingOptions
     from pasu.device.runtime import DeviceModel
@@ -45,6 +45,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
+               "  pasu device run --audio sample.wav --cloud cloud.example:443 --tls-ca ca.pem "
+               "--tls-cert device.pem --tls-key device.key\n"
                "  pasu device run --audio sample.wav --config my-agent.yaml --tau 0.5\n"
                "  pasu device run --audio sample.wav --lm models/shipped/lm --lm-weight 0.2\n"
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
@@ -66,6 +68,16 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--cloud", default=None,
                      help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
     run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
+    run.add_argument("--tls", action="store_true",
+                     help="TLS towards the cloud with the system's root certificates (routing.tls; the other "
+                          "--tls-* flags turn it on too)")
+    run.add_argument("--tls-ca", default=None, help="CA (PEM) that signed the cloud's certificate (routing.tls.root_ca)")
+    run.add_argument("--tls-cert", default=None,
+                     help="client certificate (PEM) for mutual TLS; needs --tls-key (routing.tls.cert)")
+    run.add_argument("--tls-key", default=None, help="the client certificate's private key (PEM; routing.tls.key)")
+    run.add_argument("--tls-server-name", default=None,
+                     help="name to verify in the cloud's certificate instead of the address's host "
+                          "(routing.tls.server_name)")
     run.add_argument("--policy", choices=POLICIES, default=None,
                      help="offloading policy when there is a cloud (routing.policy; default ppl+intent; the ones "
                           "with intent read routing.intent_threshold)")
@@ -108,10 +120,23 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     pilot = replace(config.agent.pilot, **_given(enabled=args.pilots, interval_seconds=args.tau))
     cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
     routing = replace(config.routing, **_given(cloud=cloud, policy=args.policy, threshold=args.threshold,
-                                                intent_threshold=args.intent_threshold, encoding=args.encoding))
+                                                intent_threshold=args.intent_threshold, encoding=args.encoding,
+                                                tls=_tls(args, config.routing.tls)))
     final_search = replace(config.agent.final_search, **_given(lm_weight=args.lm_weight))
     agent = replace(config.agent, pilot=pilot, final_search=final_search, **_given(lm=args.lm))
     return replace(config, agent=agent, routing=routing)
+
+
+def _tls(args: argparse.Namespace, base: ClientTls | None) -> ClientTls | None:
+    """The config's TLS settings with the --tls* flags given laid over them (any of them turns TLS on)."""
+    from dataclasses import replace
+
+    from pasu.device.cloud_client import ClientTls
+
+    given = _given(root_ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name)
+    if not (given or args.tls):
+        return base
+    return replace(base or ClientTls(), **given)
 
 
 def _given(**flags: Any) -> dict[str, Any]:
@@ -179,7 +204,8 @@ def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
     if not routing.cloud:
         return None, None
     policy = model_policy(routing, model, model_dir / OFFRAMP_DIR)
-    return policy, CloudClient(routing.cloud, token=token or routing.token(), encoding=routing.encoding)
+    return policy, CloudClient(routing.cloud, token=token or routing.token(), tls=routing.tls,
+                               encoding=routing.encoding)
 
 
 def _until_end_of_speech(audio):

@@ -116,6 +116,14 @@ class ClientTls:
     key: str | None = None  # PEM client private key (mTLS)
     server_name: str | None = None  # name to verify in the server certificate instead of the target host
 
+    def __post_init__(self) -> None:
+        # fail where the settings are read, not at the first offload
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("mutual TLS needs both the client certificate and its key (cert and key)")
+        for field, path in (("root_ca", self.root_ca), ("cert", self.cert), ("key", self.key)):
+            if path and not Path(path).is_file():
+                raise ValueError(f"TLS {field}: no file {path}")
+
     def credentials(self) -> grpc.ChannelCredentials:
         read = lambda path: Path(path).read_bytes() if path else None
         return grpc.ssl_channel_credentials(root_certificates=read(self.root_ca), private_key=read(self.key),

@@ -24,7 +24,7 @@ from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
-from pasu.device.cloud_client import Encoding
+from pasu.device.cloud_client import ClientTls, Encoding
 from pasu.device.decoding.search import Hypothesis
 
 ScoreLike = TypeVar("ScoreLike", float, np.ndarray)  # one score, or many at once (calibration, benchmarks)
@@ -187,6 +187,8 @@ class RoutingOptions:
     # model's calibrated Offload-M, as above
     intent_threshold: float | None = None
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
+    # TLS towards the cloud, mutual when the client certificate and key are given; None: plaintext
+    tls: ClientTls | None = None
     # how the waveform travels: pcm16, flac (lossless, about 2/3 the bytes) or opus (lossy, about 1/4: for slow
     # uplinks; costs a little accuracy and tens of ms of encoding)
     encoding: Encoding = "pcm16"

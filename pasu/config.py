@@ -51,11 +51,9 @@ def _dataclass(cls: type[T], raw: Any, where: str, base: T | None) -> T:
     hints = typing.get_type_hints(cls)
     values = {key: _value(hints[key], value, f"{where}.{key}" if where else key, getattr(base, key, None))
               for key, value in raw.items()}
-    if base is not None:
-        return dataclasses.replace(base, **values)
     try:
-        return cls(**values)
-    except TypeError as error:  # a required field is missing
+        return dataclasses.replace(base, **values) if base is not None else cls(**values)
+    except (TypeError, ValueError) as error:  # a required field is missing, or the class refuses the values
         raise _invalid(where, str(error)) from None
 
 

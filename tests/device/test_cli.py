@@ -162,3 +162,62 @@ def test_lm_flags(parser):
     assert (config.agent.lm, config.agent.final_search.lm_weight) == ("some/lm", 0.2)
     assert config.agent.pilot.search.lm_weight == 0.0  # pilots stay as they were
     assert config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav"])).agent.lm == ""
+
+
+def test_tls_flags_over_the_yaml(parser, tmp_path, cloud_support):
+    from pasu.device.cloud_client import ClientTls
+
+    pki = cloud_support.make_pki(tmp_path)
+    (tmp_path / "agent.yaml").write_text(f"routing: {{tls: {{root_ca: {pki.ca}}}}}\n")
+
+    def tls(*flags: str, config: str | None = None) -> ClientTls | None:
+        extra = ["--config", config] if config else []
+        return config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", *extra, *flags])).routing.tls
+
+    assert tls() is None  # plaintext unless asked
+    assert tls("--tls") == ClientTls()  # the system's root certificates
+    assert tls(config=str(tmp_path / "agent.yaml")) == ClientTls(root_ca=str(pki.ca))
+    mutual = tls("--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key), "--tls-server-name", "cloud",
+                 config=str(tmp_path / "agent.yaml"))
+    assert mutual == ClientTls(str(pki.ca), str(pki.client_cert), str(pki.client_key), "cloud")  # the yaml's CA stays
+
+
+@pytest.mark.parametrize("flags, config, message", [
+    (["--tls-cert", "{client_cert}"], "", "needs both the client certificate and its key"),
+    (["--tls-ca", "{missing}"], "", "TLS root_ca: no file"),
+    ([], "routing: {tls: {key: '{missing}', cert: '{client_cert}'}}", "routing.tls: TLS key: no file"),
+])
+def test_bad_tls_settings_fail_before_anything_runs(parser, tmp_path, capsys, cloud_support, flags, config,
+                                                    message):
+    pki = cloud_support.make_pki(tmp_path)
+    fill = {"client_cert": str(pki.client_cert), "missing": str(tmp_path / "missing.pem")}
+    (tmp_path / "agent.yaml").write_text(config.replace("{client_cert}", fill["client_cert"])
+                                         .replace("{missing}", fill["missing"]))
+    args = parser.parse_args(["device", "run", "--audio", "missing.wav", "--config", str(tmp_path / "agent.yaml"),
+                              "--model", str(tmp_path / "no-model"), *(flag.format(**fill) for flag in flags)])
+    assert args.run(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_run_offloads_over_mutual_tls(parser, tmp_path, capsys, cloud_support, speech_like, start_server):
+    """The flags reach the channel: a server that asks for client certificates answers the device that shows
+    one, and the device without one falls back to its own answer."""
+    import json
+
+    import soundfile
+    from pasu.cloud.config import TlsConfig
+
+    pki = cloud_support.make_pki(tmp_path)
+    server = start_server(tls=TlsConfig(cert=str(pki.server_cert), key=str(pki.server_key), client_ca=str(pki.ca)))
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    soundfile.write(tmp_path / "utt.wav", speech_like(1.0), 16000)
+
+    def route(*tls_flags: str) -> str:
+        args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
+                                  "--cloud", f"127.0.0.1:{server.port}", "--policy", "all", "--no-pilots", "--json",
+                                  "--tls-ca", str(pki.ca), *tls_flags])
+        assert args.run(args) == 0
+        return json.loads(capsys.readouterr().out)["route"]
+
+    assert route("--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key)) == "cloud"
+    assert route() == "fallback"  # the handshake fails without a client certificate
