@@ -32,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from pasu.corpus.tts import render, resample, usable_voice_ids, voice_by_id
-from pasu.metrics import word_edits
+from pasu.metrics import corpus_wer
 from pasu.models.evaluate import EvalOptions
 from pasu.models.recognizer import load_recognizer
 from pasu.settings import shared_data_dir, shipped_model
@@ -73,10 +73,6 @@ def levelled(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (padded + 1e-4 * rng.standard_normal(len(padded))).astype(np.float32)
 
 
-def word_error_rate(words: list[str], heard: list[str]) -> float:
-    return sum(word_edits(word, text) for word, text in zip(words, heard)) / len(words)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=None, help="shared data folder (default: ../shared/data)")
@@ -107,10 +103,10 @@ def main() -> None:
                              ("cloud", load_recognizer(args.cloud))):
         heard = {side: [recognizer.recognize_batch([audio])[0].text for audio in tqdm(audios, desc=f"{name} {side}")]
                  for side, audios in (("real", real), ("tts", tts))}
-        wer = {side: word_error_rate(words, texts) for side, texts in heard.items()}
+        wer = {side: corpus_wer(words, texts) for side, texts in heard.items()}
         right = {side: sum(text.strip() == word for word, text in zip(words, texts)) / len(words)
                  for side, texts in heard.items()}  # the digit and nothing else
-        by_speaker = {s: word_error_rate([w for (_, sp, w) in rows if sp == s],
+        by_speaker = {s: corpus_wer([w for (_, sp, w) in rows if sp == s],
                                          [t for (_, sp, _), t in zip(rows, heard["real"]) if sp == s])
                       for s in report["speakers"]}
         report["models"][name] = {"wer": wer, "right": right, "real_wer_by_speaker": by_speaker, "heard": heard}

@@ -190,11 +190,13 @@ def test_tls_flags_over_the_yaml(parser, tmp_path, cloud_support):
 def test_bad_tls_settings_fail_before_anything_runs(parser, tmp_path, capsys, cloud_support, flags, config,
                                                     message):
     pki = cloud_support.make_pki(tmp_path)
-    fill = {"client_cert": str(pki.client_cert), "missing": str(tmp_path / "missing.pem")}
-    (tmp_path / "agent.yaml").write_text(config.replace("{client_cert}", fill["client_cert"])
-                                         .replace("{missing}", fill["missing"]))
+
+    def filled(text: str) -> str:  # not str.format: the YAML has braces of its own
+        return text.replace("{client_cert}", str(pki.client_cert)).replace("{missing}", str(tmp_path / "missing.pem"))
+
+    (tmp_path / "agent.yaml").write_text(filled(config))
     args = parser.parse_args(["device", "run", "--audio", "missing.wav", "--config", str(tmp_path / "agent.yaml"),
-                              "--model", str(tmp_path / "no-model"), *(flag.format(**fill) for flag in flags)])
+                              "--model", str(tmp_path / "no-model"), *map(filled, flags)])
     assert args.run(args) == 2
     assert message in capsys.readouterr().err
 
