@@ -1,0 +1,83 @@
+"""docker/: the images' entry points and the Kubernetes manifest agree with the commands they run.
+
+No cluster or Docker daemon here: these read the files as Docker and Kubernetes would and hand the command lines to
+PASU's own parser, so a renamed flag, a moved port or a probe on the wrong port fails here, not in a rollout."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pasu.cli import build_parser
+from pasu.cloud.cli import config_from_args
+from pasu.settings import REPO_ROOT
+
+DOCKER = REPO_ROOT / "docker"
+
+
+def entrypoint(dockerfile: str) -> list[str]:
+    """The exec-form ENTRYPOINT of a Dockerfile, as a list."""
+    (line,) = re.findall(r"^ENTRYPOINT (\[.*\])$", (DOCKER / dockerfile).read_text(), re.MULTILINE)
+    return json.loads(line)
+
+
+def copied_to(dockerfile: str) -> set[str]:
+    """The image paths a Dockerfile's COPY lines fill (destinations resolved against its WORKDIR)."""
+    text = (DOCKER / dockerfile).read_text()
+    (workdir,) = re.findall(r"^WORKDIR (\S+)$", text, re.MULTILINE)
+    return {str(Path(workdir) / destination) for destination in re.findall(r"^COPY \S+ (\S+)$", text, re.MULTILINE)}
+
+
+@pytest.fixture(scope="module")
+def manifest() -> dict[str, dict]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((DOCKER / "k8s" / "cloud.yaml").read_text())}
+
+
+def test_the_cloud_pods_serve_where_the_manifest_points(manifest):
+    deployment, service = manifest["Deployment"], manifest["Service"]
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    command = entrypoint("Dockerfile.cloud")
+    assert command[0] == "pasu"
+    config = config_from_args(build_parser().parse_args(command[1:] + container["args"]))
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert (config.host, config.port, config.metrics_port) == ("0.0.0.0", ports["grpc"], ports["metrics"])
+    assert container["readinessProbe"]["grpc"]["port"] == container["livenessProbe"]["grpc"]["port"] == config.port
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(config.metrics_port)
+    # in-flight requests finish before the kubelet kills the pod
+    assert config.shutdown_grace_s < pod["spec"]["terminationGracePeriodSeconds"]
+    (mount,) = container["volumeMounts"]
+    assert Path(config.auth_token_file).parent == Path(mount["mountPath"])
+    assert mount["name"] in {volume["name"] for volume in pod["spec"]["volumes"]}
+
+
+def test_the_service_is_headless_over_the_same_pods(manifest):
+    deployment, service = manifest["Deployment"], manifest["Service"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["clusterIP"] == "None"  # DNS returns every pod: the clients balance (round robin)
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"] == labels
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {port["targetPort"] for port in service["spec"]["ports"]} == {port["name"] for port in container["ports"]}
+    namespace = manifest["Namespace"]["metadata"]["name"]
+    assert service["metadata"]["namespace"] == deployment["metadata"]["namespace"] == namespace
+
+
+def test_the_cloud_image_holds_the_model_it_serves():
+    command = entrypoint("Dockerfile.cloud")
+    model = command[command.index("--model") + 1]
+    assert model in copied_to("Dockerfile.cloud")
+
+
+def test_the_device_image_runs_the_readmes_commands():
+    assert entrypoint("Dockerfile.device") == ["pasu"]
+    readme = (REPO_ROOT / "README.md").read_text()
+    runs = re.findall(r"docker run [^\n]*pasu-device ((?:[^\n]*\\\n)*[^\n]*)", readme)
+    assert runs, "the README shows how to run the device image"
+    for run in runs:
+        args = build_parser().parse_args(shlex.split(run.replace("\\\n", " ")))
+        assert args.device_command == "run"
