@@ -38,12 +38,19 @@ def manifest() -> dict[str, dict]:
     return {doc["kind"]: doc for doc in yaml.safe_load_all((DOCKER / "k8s" / "cloud.yaml").read_text())}
 
 
-def test_the_cloud_pods_serve_where_the_manifest_points(manifest):
-    pod = manifest["Deployment"]["spec"]["template"]
-    (container,) = pod["spec"]["containers"]
+@pytest.fixture(scope="module")
+def pod_config(manifest):
+    """The ServerConfig a cloud pod runs with: the image's entry point plus the manifest's args."""
+    (container,) = manifest["Deployment"]["spec"]["template"]["spec"]["containers"]
     command = entrypoint("Dockerfile.cloud")
     assert command[0] == "pasu"
-    config = config_from_args(build_parser().parse_args(command[1:] + container["args"]))
+    return config_from_args(build_parser().parse_args(command[1:] + container["args"]))
+
+
+def test_the_cloud_pods_serve_where_the_manifest_points(manifest, pod_config):
+    pod = manifest["Deployment"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    config = pod_config
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert (config.host, config.port, config.metrics_port) == ("0.0.0.0", ports["grpc"], ports["metrics"])
     assert container["readinessProbe"]["grpc"]["port"] == container["livenessProbe"]["grpc"]["port"] == config.port
@@ -80,3 +87,20 @@ def test_the_device_image_runs_the_readmes_commands():
     for run in runs:
         args = build_parser().parse_args(shlex.split(run.replace("\\\n", " ")))
         assert args.device_command == "run"
+
+
+def test_the_ingress_reaches_the_service_over_grpc(manifest, pod_config):
+    ingress = yaml.safe_load((DOCKER / "k8s" / "ingress.yaml").read_text())
+    service = manifest["Service"]
+    assert ingress["metadata"]["namespace"] == service["metadata"]["namespace"]
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    # what the proxy lets through is what the server accepts: the server, not nginx, refuses larger uploads
+    body_mib = int(annotations["nginx.ingress.kubernetes.io/proxy-body-size"].rstrip("m"))
+    assert body_mib * 2**20 == pod_config.max_message_bytes
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] in ingress["spec"]["tls"][0]["hosts"]  # TLS ends at the ingress
+    (path,) = rule["http"]["paths"]
+    backend = path["backend"]["service"]
+    assert backend["name"] == service["metadata"]["name"]
+    assert backend["port"]["name"] in {port["name"] for port in service["spec"]["ports"]}
