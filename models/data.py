@@ -88,11 +88,12 @@ def _utterance(row: dict, corpus_dir: Path) -> Utterance:
 
 
 def read_audio(path: Path) -> np.ndarray:
-    """Mono float32 waveform at 16 kHz; anything else is an error (the corpus builder resamples)."""
+    """Mono float32 waveform at 16 kHz: channels averaged, other rates resampled (on every read, so a corpus
+    trained on for many epochs is better resampled once, up front)."""
+    from pasu.device.audio import prepare
+
     wave, sr = sf.read(path, dtype="float32", always_2d=False)
-    if sr != SAMPLE_RATE:
-        raise ValueError(f"{path}: {sr} Hz, expected {SAMPLE_RATE}")
-    return wave if wave.ndim == 1 else wave.mean(axis=1)
+    return prepare(wave, sr, SAMPLE_RATE, source=str(path))
 
 
 class SpeechDataset(torch.utils.data.Dataset):

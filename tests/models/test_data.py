@@ -104,7 +104,14 @@ def test_global_stats_normalize_the_features(corpus):
     assert feats.mean().abs() < 0.2 and (feats.std(0).mean() - 1).abs() < 0.2
 
 
-def test_read_audio_rejects_other_rates(tmp_path):
-    sf.write(tmp_path / "a.flac", np.zeros(800, dtype=np.float32), 8000)
-    with pytest.raises(ValueError):
-        read_audio(tmp_path / "a.flac")
+def test_read_audio_resamples_other_rates_and_mixes_channels(tmp_path):
+    """A user's own recordings (8 kHz telephone audio, 44.1 kHz stereo) train and evaluate as they are."""
+    for rate, channels in ((8000, 1), (44100, 2)):
+        t = np.arange(rate // 2) / rate  # half a second of a 440 Hz tone
+        tone = 0.5 * np.sin(2 * np.pi * 440 * t).astype(np.float32)
+        sf.write(tmp_path / "a.flac", np.stack([tone] * channels, axis=1), rate)
+        audio = read_audio(tmp_path / "a.flac")
+        assert audio.dtype == np.float32 and audio.shape == (8000,)
+        spectrum = np.abs(np.fft.rfft(audio))
+        assert abs(np.argmax(spectrum) * 16000 / len(audio) - 440) <= 2  # the same tone, at 16 kHz
+        assert abs(float(np.max(np.abs(audio))) - 0.5) < 0.02
