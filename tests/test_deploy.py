@@ -50,7 +50,7 @@ def pod_config(manifest):
 def test_the_cloud_pods_serve_where_the_manifest_points(manifest, pod_config):
     pod = manifest["Deployment"]["spec"]["template"]
     (container,) = pod["spec"]["containers"]
-    config = pod_config
+    config = pod_config  # what the pod runs with
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert (config.host, config.port, config.metrics_port) == ("0.0.0.0", ports["grpc"], ports["metrics"])
     assert container["readinessProbe"]["grpc"]["port"] == container["livenessProbe"]["grpc"]["port"] == config.port
