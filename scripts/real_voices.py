@@ -27,13 +27,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import soundfile
 import torch
 from tqdm import tqdm
 
-from pasu.corpus.tts import render, resample, usable_voice_ids, voice_by_id
+from pasu.corpus.tts import render, usable_voice_ids, voice_by_id
+from pasu.device.audio import prepare
 from pasu.metrics import corpus_wer
 from pasu.models.evaluate import EvalOptions
+from pasu.models.data import read_audio
 from pasu.models.recognizer import load_recognizer
 from pasu.settings import shared_data_dir, shipped_model
 
@@ -55,14 +56,10 @@ def sample_recordings(folder: Path, per_speaker: int, seed: int) -> list[tuple[P
     return [(path, speaker, DIGITS[int(path.stem.split("_")[0])]) for path, speaker in chosen]
 
 
-def recorded(path: Path) -> np.ndarray:
-    audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
-    return resample(audio.mean(axis=1), rate, RATE)
-
-
 def synthetic(word: str, voice_id: str) -> np.ndarray:
     """The word in a TTS voice, band-limited through 8 kHz like the recordings."""
-    return resample(resample(render(voice_by_id(voice_id), word), RATE, RECORDED_RATE), RECORDED_RATE, RATE)
+    narrow = prepare(render(voice_by_id(voice_id), word), RATE, RECORDED_RATE)
+    return prepare(narrow, RECORDED_RATE, RATE)
 
 
 def levelled(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -92,7 +89,7 @@ def main() -> None:
     voices = usable_voice_ids()
     words = [word for _, _, word in rows]
     rng = np.random.default_rng(args.seed)
-    real = [levelled(recorded(path), rng) for path, _, _ in rows]
+    real = [levelled(read_audio(path), rng) for path, _, _ in rows]
     tts = [levelled(synthetic(word, voices[i % len(voices)]), rng)
            for i, word in enumerate(tqdm(words, desc="TTS", unit="word"))]
     report = {"utterances": len(rows), "speakers": sorted({s for _, s, _ in rows}), "voices": len(voices), "models": {}}
