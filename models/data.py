@@ -12,6 +12,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from pasu.device.audio import prepare
 from pasu.models.frontend import SAMPLE_RATE, compute_global_stats
 from pasu.models.targets import encode_target
 from pasu.models.tokenizer import Tokenizer
@@ -90,8 +91,6 @@ def _utterance(row: dict, corpus_dir: Path) -> Utterance:
 def read_audio(path: Path) -> np.ndarray:
     """Mono float32 waveform at 16 kHz: channels averaged, other rates resampled (on every read, so a corpus
     trained on for many epochs is better resampled once, up front)."""
-    from pasu.device.audio import prepare
-
     wave, sr = sf.read(path, dtype="float32", always_2d=False)
     return prepare(wave, sr, SAMPLE_RATE, source=str(path))
 

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pasu.corpus.tts import render, usable_voice_ids, voice_by_id
+from pasu.corpus.tts import PEAK_LEVEL, render, usable_voice_ids, voice_by_id
+from pasu.device.audio import SAMPLE_RATE as RATE
 from pasu.device.audio import prepare
 from pasu.metrics import corpus_wer
 from pasu.models.evaluate import EvalOptions
@@ -39,9 +40,7 @@ from pasu.models.recognizer import load_recognizer
 from pasu.settings import shared_data_dir, shipped_model
 
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-RATE = 16000
 RECORDED_RATE = 8000  # FSDD's
-PEAK = 0.9  # both sides' peak level
 PAD_SECONDS = 0.25  # near-silence added before and after each word
 
 
@@ -63,9 +62,9 @@ def synthetic(word: str, voice_id: str) -> np.ndarray:
 
 
 def levelled(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Peak 0.9, between 0.25 s of faint noise on each side (no digital silence)."""
+    """At the TTS renders' peak level, between 0.25 s of faint noise on each side (no digital silence)."""
     pad = int(PAD_SECONDS * RATE)
-    speech = audio * (PEAK / max(float(np.max(np.abs(audio))), 1e-6))
+    speech = audio * (PEAK_LEVEL / max(float(np.max(np.abs(audio))), 1e-6))
     padded = np.concatenate([np.zeros(pad), speech, np.zeros(pad)])
     return (padded + 1e-4 * rng.standard_normal(len(padded))).astype(np.float32)
 
