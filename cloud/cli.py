@@ -73,12 +73,10 @@ def config_from_args(args: argparse.Namespace):
 
     config = load_config(args.config)
     tls = config.tls
-    if args.tls_cert or args.tls_key or args.tls_client_ca:
-        base = tls or TlsConfig(cert="", key="")
-        tls = TlsConfig(cert=args.tls_cert or base.cert, key=args.tls_key or base.key,
-                        client_ca=args.tls_client_ca or base.client_ca)
-        if not (tls.cert and tls.key):
-            raise SystemExit("TLS needs both --tls-cert and --tls-key (or tls.cert and tls.key in the config)")
+    given = {name: value for name, value in {
+        "cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca}.items() if value}
+    if given:  # the flags laid over the config's TLS settings; TlsConfig refuses an incomplete pair
+        tls = TlsConfig(**{"cert": "", "key": "", **(dataclasses.asdict(tls) if tls else {}), **given})
     decoding = dataclasses.replace(config.decoding, **{k: v for k, v in {
         "beam_size": args.beam_size, "ctc_weight": args.ctc_weight, "num_threads": args.threads,
         "lm": args.lm, "lm_weight": args.lm_weight}.items()

@@ -38,8 +38,17 @@ class TlsConfig:
     key: str  # PEM private key of the server
     client_ca: str | None = None  # PEM CA bundle; when set, clients must present a certificate it signed
 
+    def __post_init__(self) -> None:
+        # fail where the settings are read, before the model loads (as the device's ClientTls does)
+        if not (self.cert and self.key):
+            raise ValueError("TLS needs both the server certificate and its key (tls.cert and tls.key, "
+                             "or --tls-cert and --tls-key)")
+        for name, path in (("cert", self.cert), ("key", self.key), ("client_ca", self.client_ca)):
+            if path and not Path(path).is_file():
+                raise ValueError(f"TLS {name}: no file {path}")
+
     def read(self) -> tuple[bytes, bytes, bytes | None]:
-        """(cert, key, client CA) bytes, read once at start so a bad path fails before serving."""
+        """(cert, key, client CA) bytes, read once at start."""
         ca = Path(self.client_ca).read_bytes() if self.client_ca else None
         return Path(self.cert).read_bytes(), Path(self.key).read_bytes(), ca
 

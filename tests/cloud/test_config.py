@@ -23,27 +23,51 @@ def test_the_default_config_is_the_shipped_file(capsys):
     assert f"  {DEFAULT_CONFIG}\n" in capsys.readouterr().out  # the help says where it is
 
 
+def pem_files(folder, *names):
+    """Placeholder PEM files: the settings check that they exist; only the server reads them."""
+    for name in names:
+        (folder / name).write_text("placeholder\n")
+    return [str(folder / name) for name in names]
+
+
 def test_yaml_then_flags(tmp_path):
+    cert, key, ca = pem_files(tmp_path, "a.pem", "a.key", "ca.pem")
     (tmp_path / "tokens").write_text("# devices\nalpha\n\nbeta\n")
     (tmp_path / "cloud.yaml").write_text(
         "port: 6000\nmax_queue: 4\ndecoding: {beam_size: 12}\n"
-        f"tls: {{cert: a.pem, key: a.key}}\nauth_token_file: {tmp_path / 'tokens'}\n")
+        f"tls: {{cert: {cert}, key: {key}}}\nauth_token_file: {tmp_path / 'tokens'}\n")
     config = load_config(tmp_path / "cloud.yaml")
     assert (config.port, config.max_queue, config.decoding.beam_size) == (6000, 4, 12)
     assert config.decoding.ctc_weight == DecodingOptions().ctc_weight  # untouched fields keep defaults
-    assert config.tls == TlsConfig(cert="a.pem", key="a.key") and config.tokens() == ("alpha", "beta")
+    assert config.tls == TlsConfig(cert=cert, key=key) and config.tokens() == ("alpha", "beta")
 
     args = build_parser().parse_args(["cloud", "serve", "--model", "m", "--config", str(tmp_path / "cloud.yaml"),
-                                      "--port", "7000", "--tls-client-ca", "ca.pem", "--beam-size", "4"])
+                                      "--port", "7000", "--tls-client-ca", ca, "--beam-size", "4"])
     config = config_from_args(args)
     assert (config.port, config.max_queue, config.decoding.beam_size) == (7000, 4, 4)  # flags win, rest stays
-    assert config.tls == TlsConfig(cert="a.pem", key="a.key", client_ca="ca.pem")
+    assert config.tls == TlsConfig(cert=cert, key=key, client_ca=ca)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tls-cert", "{cert}"], "TLS needs both the server certificate and its key"),
+    (["--tls-key", "{key}"], "TLS needs both the server certificate and its key"),
+    (["--tls-cert", "{cert}", "--tls-key", "{folder}/missing.key"], "TLS key: no file .*missing.key"),
+    (["--tls-cert", "{cert}", "--tls-key", "{key}", "--tls-client-ca", "{folder}/ca.pem"],
+     "TLS client_ca: no file .*ca.pem"),
+])
+def test_serve_stops_on_bad_tls_flags_before_loading_the_model(tmp_path, flags, message):
+    cert, key = pem_files(tmp_path, "server.pem", "server.key")
+    flags = [flag.format(cert=cert, key=key, folder=tmp_path) for flag in flags]
+    args = build_parser().parse_args(["cloud", "serve", "--model", str(tmp_path / "no-model"), *flags])
+    with pytest.raises(SystemExit, match=f"^error: {message}"):
+        args.run(args)
 
 
 @pytest.mark.parametrize("raw, message", [
     ({"max_queu": 3}, r"unknown keys \['max_queu'\]"),
     ({"decoding": {"beam": 3}}, r"decoding: unknown keys \['beam'\]"),
     ({"tls": {"cert": "a.pem"}}, r"tls: .*missing 1 required positional argument: 'key'"),
+    ({"tls": {"cert": "nowhere.pem", "key": "nowhere.key"}}, r"tls: TLS cert: no file nowhere.pem"),
     ({"port": "50051"}, r"port: expected int, got '50051'"),
     ({"auth_tokens": "abc"}, r"auth_tokens: expected a list"),
 ])
