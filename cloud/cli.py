@@ -70,17 +70,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace):
     """ServerConfig: YAML (or defaults), then every flag that was given."""
     from pasu.cloud.config import TlsConfig, load_config
+    from pasu.config import given
 
     config = load_config(args.config)
     tls = config.tls
-    given = {name: value for name, value in {
-        "cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca}.items() if value}
-    if given:  # the flags laid over the config's TLS settings; TlsConfig refuses an incomplete pair
-        tls = TlsConfig(**{"cert": "", "key": "", **(dataclasses.asdict(tls) if tls else {}), **given})
-    decoding = dataclasses.replace(config.decoding, **{k: v for k, v in {
-        "beam_size": args.beam_size, "ctc_weight": args.ctc_weight, "num_threads": args.threads,
-        "lm": args.lm, "lm_weight": args.lm_weight}.items()
-        if v is not None})
+    tls_flags = given(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
+    if tls_flags:  # laid over the config's TLS settings; TlsConfig refuses an incomplete pair
+        tls = TlsConfig(**{"cert": "", "key": "", **(dataclasses.asdict(tls) if tls else {}), **tls_flags})
+    decoding = dataclasses.replace(config.decoding, **given(
+        beam_size=args.beam_size, ctc_weight=args.ctc_weight, num_threads=args.threads, lm=args.lm,
+        lm_weight=args.lm_weight))
     config = config.replace(
         host=args.host, port=args.port, metrics_port=args.metrics_port, max_batch_size=args.max_batch_size,
         max_batch_wait_ms=args.max_batch_wait_ms, max_queue=args.max_queue,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pasu.config import from_dict, load_yaml
+from pasu.config import from_dict, given, load_yaml
 from pasu.models.recognizer import DecodingOptions
 from pasu.settings import shipped_model
 
@@ -117,7 +117,7 @@ class ServerConfig:
 
     def replace(self, **changes: Any) -> ServerConfig:
         """A copy with `changes`; `None` values are ignored (an absent command-line flag)."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        return dataclasses.replace(self, **given(**changes))
 
 
 def config_from_dict(raw: Mapping[str, Any], where: str = "cloud config") -> ServerConfig:

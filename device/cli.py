@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pasu.config import given
 from pasu.settings import shipped_model
 
 # routing.PolicyName's values, written out: importing routing here would load torch for every `pasu` command
@@ -117,13 +118,13 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     from pasu.device.config import load_config
 
     config = load_config(args.config)
-    pilot = replace(config.agent.pilot, **_given(enabled=args.pilots, interval_seconds=args.tau))
+    pilot = replace(config.agent.pilot, **given(enabled=args.pilots, interval_seconds=args.tau))
     cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
-    routing = replace(config.routing, **_given(cloud=cloud, policy=args.policy, threshold=args.threshold,
-                                                intent_threshold=args.intent_threshold, encoding=args.encoding,
-                                                tls=_tls(args, config.routing.tls)))
-    final_search = replace(config.agent.final_search, **_given(lm_weight=args.lm_weight))
-    agent = replace(config.agent, pilot=pilot, final_search=final_search, **_given(lm=args.lm))
+    routing = replace(config.routing, **given(cloud=cloud, policy=args.policy, threshold=args.threshold,
+                                              intent_threshold=args.intent_threshold, encoding=args.encoding,
+                                              tls=_tls(args, config.routing.tls)))
+    final_search = replace(config.agent.final_search, **given(lm_weight=args.lm_weight))
+    agent = replace(config.agent, pilot=pilot, final_search=final_search, **given(lm=args.lm))
     return replace(config, agent=agent, routing=routing)
 
 
@@ -133,15 +134,10 @@ def _tls(args: argparse.Namespace, base: ClientTls | None) -> ClientTls | None:
 
     from pasu.device.cloud_client import ClientTls
 
-    given = _given(root_ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name)
-    if not (given or args.tls):
+    tls_flags = given(root_ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name)
+    if not (tls_flags or args.tls):
         return base
-    return replace(base or ClientTls(), **given)
-
-
-def _given(**flags: Any) -> dict[str, Any]:
-    """The flags that were given (argparse leaves the others None)."""
-    return {name: value for name, value in flags.items() if value is not None}
+    return replace(base or ClientTls(), **tls_flags)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -31,6 +31,11 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return raw
 
 
+def given(**flags: Any) -> dict[str, Any]:
+    """The command-line flags that were given (argparse leaves the others None), to lay over the YAML's values."""
+    return {name: value for name, value in flags.items() if value is not None}
+
+
 def from_dict(cls: type[T], raw: Mapping[str, Any], source: str, base: T | None = None) -> T:
     """`base` with the values of `raw` (a new `cls` when `base` is None).
 
