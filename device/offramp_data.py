@@ -225,7 +225,8 @@ def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: 
             "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str)), "encoded": True}
 
 
-def _slu(raw: dict[str, Any]) -> SluResult:
+def slu_from_dict(raw: dict[str, Any]) -> SluResult:
+    """An SluResult from its `asdict` form."""
     return SluResult(raw["text"], raw["intent"], tuple(Slot(*s) for s in raw["slots"]))
 
 
@@ -245,5 +246,5 @@ def _features(raw: dict[str, Any] | None) -> HypothesisFeatures | None:
 
 
 def _sample_from_dict(raw: dict[str, Any]) -> OfframpSample:
-    return OfframpSample(**{**raw, "reference": _slu(raw["reference"]), "local": _slu(raw["local"]),
+    return OfframpSample(**{**raw, "reference": slu_from_dict(raw["reference"]), "local": slu_from_dict(raw["local"]),
                             "early": _features(raw["early"]), "final": _features(raw["final"])})

@@ -92,15 +92,17 @@ class TrainedOfframps:
 
 def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options: OfframpTrainOptions,
                        fitter: Fitter) -> np.ndarray:
-    """Scores of each sample from a network (`fitter(sequences, labels)`) that never saw it."""
-    minority = int(min(labels.sum(), len(labels) - labels.sum()))
+    """Scores of each sample from a network (`fitter(sequences, labels)`) that never saw it; folds keep the share
+    of local WERs above the bar (soft labels included)."""
+    strata = labels > options.bilstm.bad_wer
+    minority = int(min(strata.sum(), len(strata) - strata.sum()))
     folds = min(options.folds, len(labels))
     if folds < 2:
         raise ValueError("cross-fitting needs at least two samples")
     splitter = StratifiedKFold(folds, shuffle=True, random_state=options.bilstm.seed) if minority >= folds else \
         KFold(folds, shuffle=True, random_state=options.bilstm.seed)  # too few of one class to stratify
     scores = np.zeros(len(labels))
-    for fit, held in splitter.split(np.zeros(len(labels)), labels):
+    for fit, held in splitter.split(np.zeros(len(labels)), strata):
         offramp = fitter([sequences[i] for i in fit], labels[fit])
         scores[held] = offramp.probabilities([sequences[i] for i in held])
     return scores
@@ -168,7 +170,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     }
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
-        cnn_options = replace(options.cnn, bad_wer=bad_wer)
+        cnn_options = replace(options.cnn, bad_wer=bad_wer, target=options.bilstm.target)
         cnn, cnn_oof = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
         report["cnn"] = {**_network_facts(cnn, cnn_options, fit), **calibrated("CNN", cnn_oof)}
     intent_model = None
@@ -209,7 +211,7 @@ def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp
                  options: OfframpTrainOptions) -> tuple[LearnedOfframp, np.ndarray]:
     """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample, and
     the out-of-fold scores of the `kept` ones, where its thresholds are placed."""
-    sequences, labels = kind.training_set(fit, train_options.bad_wer)
+    sequences, labels = kind.training_set(fit, train_options)
     fitter = lambda x, y: train(x, y, train_options)
     oof = calibration_scores(out_of_fold_scores(sequences, labels, options, fitter), fit, kept)
     return train(sequences, labels, train_options), oof

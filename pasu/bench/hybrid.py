@@ -63,6 +63,10 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
     parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")
+    parser.add_argument("--reuse-offloads", action="store_true",
+                        help="price the policies on the round trips an earlier run saved in --out (calls-PROFILE.jsonl) "
+                             "for the same cloud model, utterances, encoding, deadline and seed, instead of offloading "
+                             "again: other offramps priced on the same cloud answers and latencies, in minutes")
     parser.set_defaults(run=run)
 
 
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     encodings = upload_encodings(args.encoding, profiles)
-    calls, proxies = offload_all(cloud_model, utterances, samples, encodings, args.deadline, args.seed)
+    calls, proxies = measured_offloads(args, cloud_model, utterances, samples, encodings)
     results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "split": args.split,
                "utterances": len(samples), "intent_reader_learned_split": learned, "network_emulation": EMULATION,
                "profiles": {}}
@@ -133,10 +137,63 @@ def upload_encodings(spec: str, profiles: list[str]) -> dict[str, str]:
     return pairs
 
 
+def measured_offloads(args: argparse.Namespace, cloud_model: Path, utterances: list, samples: list,
+                      encodings: dict[str, str]) -> tuple[dict[str, list[CloudCall]], dict[str, dict[str, Any]]]:
+    """Each profile's round trips: with --reuse-offloads those saved in --out where they match, else offloaded
+    now (and saved)."""
+    keys = {p: offload_key(cloud_model, samples, p, e, args.deadline, args.seed) for p, e in encodings.items()}
+    paths = {p: args.out / f"calls-{p}.jsonl" for p in encodings}
+    saved = {p: load_offloads(paths[p], keys[p]) for p in encodings} if args.reuse_offloads else {}
+    missing = {p: e for p, e in encodings.items() if saved.get(p) is None}
+    if args.reuse_offloads and missing:
+        print(f"note: no saved offloads in {args.out} match for {', '.join(missing)}; offloading", file=sys.stderr)
+    calls, proxies = offload_all(cloud_model, utterances, samples, missing, args.deadline, args.seed)
+    for profile in missing:
+        save_offloads(paths[profile], keys[profile], proxies[profile], calls[profile])
+    for profile, (proxy, earlier) in ((p, s) for p, s in saved.items() if s is not None):
+        calls[profile], proxies[profile] = earlier, {**proxy, "reused": str(paths[profile])}
+    return calls, proxies
+
+
+def offload_key(cloud_model: Path, samples: list, profile: str, encoding: str, deadline: float,
+                seed: int) -> dict[str, Any]:
+    """What makes two runs' offloads interchangeable."""
+    return {"cloud_model": str(cloud_model.resolve()), "ids": [s.id for s in samples], "profile": profile,
+            "encoding": encoding, "deadline": deadline, "seed": seed}
+
+
+def save_offloads(path: Path, key: dict[str, Any], proxy: dict[str, Any], calls: list[CloudCall]) -> None:
+    """JSONL: a header with the key and the proxy's settings and counters, then one round trip per utterance."""
+    lines = [json.dumps({"key": key, "proxy": proxy})] + [json.dumps(asdict(c)) for c in calls]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def load_offloads(path: Path, key: dict[str, Any]) -> tuple[dict[str, Any], list[CloudCall]] | None:
+    """The proxy record and round trips `save_offloads` wrote for `key`; None when there are none for it."""
+    if not path.is_file():
+        return None
+    header, *rows = path.read_text().splitlines()
+    head = json.loads(header)
+    if head.get("key") != key:
+        return None
+    return head["proxy"], [_call(json.loads(row)) for row in rows if row.strip()]
+
+
+def _call(raw: dict[str, Any]) -> CloudCall:
+    from pasu.device.offramp_data import slu_from_dict
+
+    result = raw["result"]
+    return CloudCall(raw["ok"], raw["latency"], slu_from_dict(result) if result else None, raw["fallback"])
+
+
 def offload_all(cloud_model: Path, utterances: list, samples: list, encodings: dict[str, str], deadline: float,
                 seed: int) -> tuple[dict[str, list[CloudCall]], dict[str, dict[str, Any]]]:
     """Every utterance offloaded once per profile ({profile: upload encoding}) to a real server on loopback,
-    through the network proxy."""
+    through the network proxy; no server is started when `encodings` is empty."""
+    if not encodings:
+        return {}, {}
     from pasu.cloud.config import ServerConfig
     from pasu.cloud.server import ServerThread
     from pasu.device.audio import SAMPLE_RATE
@@ -211,6 +268,8 @@ def print_profile(profile: str, result: dict[str, Any]) -> None:
     cloud = result["cloud_latency"]
     print(f"\n=== network {profile} ({result['proxy']['encoding']} upload): cloud round trip mean {1000 * cloud['mean']:.0f} ms, "
           f"p90 {1000 * cloud['p90']:.0f} ms, {result['cloud_failures']} failed ===")
+    if "reused" in result["proxy"]:
+        print(f"(round trips measured by an earlier run: {result['proxy']['reused']})")
     print("Fig. 4 (designs; Ours-*-L/M/H thresholds calibrated on dev for 25/47/63% offload):")
     print(designs_table([Outcome(**o) for o in result["designs"]]))
     print("\nTable 5 (least offloading meeting each WER target; thresholds and alpha tuned on these utterances; "

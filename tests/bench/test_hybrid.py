@@ -1,10 +1,17 @@
-"""pasu bench hybrid's command line: which upload encoding each network profile uses."""
+"""pasu bench hybrid's command line: which upload encoding each network profile uses, and reusing the round
+trips an earlier run saved."""
 
 from __future__ import annotations
 
+import argparse
+from types import SimpleNamespace
+
 import pytest
 
-from pasu.bench.hybrid import upload_encodings
+from pasu.bench.hybrid import load_offloads, measured_offloads, offload_key, save_offloads, upload_encodings
+from pasu.bench.hybrid_eval import CloudCall
+from pasu.metrics import SluResult
+from pasu.slu import Slot
 
 PROFILES = ["wifi", "5g", "poor"]
 
@@ -22,3 +29,31 @@ def test_per_profile_encodings_leave_the_rest_uncompressed():
 def test_bad_specs_say_what_is_wrong(spec, message):
     with pytest.raises(SystemExit, match=message):
         upload_encodings(spec, PROFILES)
+
+
+def saved_run(tmp_path, deadline: float = 3.0) -> tuple[argparse.Namespace, list, list[CloudCall]]:
+    """Two utterances' round trips on Wi-Fi, saved as a run with `deadline` leaves them in --out."""
+    samples = [SimpleNamespace(id="u1"), SimpleNamespace(id="u2")]
+    calls = [CloudCall(True, 0.71, SluResult("wake me at five", "alarm_set", (Slot("time", "five"),))),
+             CloudCall(False, 3.0, None, "deadline")]
+    key = offload_key(tmp_path / "cloud", samples, "wifi", "pcm16", deadline, 0)
+    save_offloads(tmp_path / "calls-wifi.jsonl", key, {"name": "wifi", "encoding": "pcm16"}, calls)
+    args = argparse.Namespace(out=tmp_path, reuse_offloads=True, deadline=deadline, seed=0)
+    return args, samples, calls
+
+
+def test_saved_offloads_price_a_second_run_without_a_server(tmp_path):
+    args, samples, saved = saved_run(tmp_path)
+    # the cloud model folder does not exist: a server would fail to load it, so nothing is offloaded again
+    calls, proxies = measured_offloads(args, tmp_path / "cloud", [], samples, {"wifi": "pcm16"})
+    assert calls["wifi"] == saved
+    assert proxies["wifi"]["reused"] == str(tmp_path / "calls-wifi.jsonl")
+
+
+def test_offloads_saved_under_other_settings_are_not_reused(tmp_path):
+    _, samples, _ = saved_run(tmp_path, deadline=3.0)
+    path = tmp_path / "calls-wifi.jsonl"
+    assert load_offloads(path, offload_key(tmp_path / "cloud", samples, "wifi", "pcm16", 2.0, 0)) is None
+    assert load_offloads(path, offload_key(tmp_path / "cloud", samples[:1], "wifi", "pcm16", 3.0, 0)) is None
+    assert load_offloads(path, offload_key(tmp_path / "other", samples, "wifi", "pcm16", 3.0, 0)) is None
+    assert load_offloads(tmp_path / "calls-5g.jsonl", {}) is None

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from pasu.device.bilstm_offramp import token_features
 from pasu.device.offramp_net import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
@@ -246,3 +247,44 @@ def test_each_replay_is_judged_by_the_evidence_it_was_read_with():
     trained = fit_offramps(samples, options, intent=knowing, intent_by_replay=lambda s: held_out[s.id])
     assert trained.report["intent"]["selectivity_intent"]["roc_auc"] == pytest.approx(1.0)
     assert trained.intent.probabilities([[1.0, 1.0]])[0] > 0.9 > 0.1 > trained.intent.probabilities([[0.0, 1.0]])[0]
+
+
+def graded_split(n: int, seed: int) -> list[OfframpSample]:
+    """A third of the utterances right, a third with one word of five wrong (one unlikely token), a third with
+    four wrong (a run of three): the paper's label (WER > 0.1) calls the last two alike."""
+    rng = np.random.default_rng(seed)
+    ref = SluResult("set an alarm for seven", "alarm_set")
+    heard = {0: ref.text, 1: "set an alarm for eleven", 4: "play some music now seven"}
+    samples = []
+    for i in range(n):
+        edits = (0, 1, 4)[i % 3]
+        att = -rng.exponential(0.2, 9)
+        att[2:2 + min(edits, 3)] -= rng.uniform(2, 4, min(edits, 3))
+        features = HypothesisFeatures(tuple(range(8)), tuple(att), tuple(att * 1.5), True)
+        samples.append(OfframpSample(f"u{i}", 2.0, ref, SluResult(heard[edits], "alarm_set"), edits, 5, 0.1, 0.02, 1,
+                                     features, features))
+    return samples
+
+
+def test_the_bilstm_can_learn_the_local_wer_itself():
+    """With soft labels (target "wer") the network ranks four wrong words above one; the paper's label cannot
+    tell them apart."""
+    options = OfframpTrainOptions(bilstm=TrainOptions(epochs=30, target="wer"), folds=3)
+    trained = fit_offramps(graded_split(90, seed=0), options, [0] * 90)
+    assert trained.report["bilstm"]["train"]["target"] == "wer"
+    held = graded_split(60, seed=1)
+    scores = trained.bilstm.probabilities([token_features(s.early) for s in held])
+    mean = {edits: scores[[s.local_edits == edits for s in held]].mean() for edits in (0, 1, 4)}
+    # unbalanced soft labels: the score estimates the WER (the paper's label puts both wrong thirds near 1)
+    assert mean[0] == pytest.approx(0.0, abs=0.1)
+    assert mean[1] == pytest.approx(0.2, abs=0.1)
+    assert mean[4] == pytest.approx(0.8, abs=0.1)
+
+
+def test_the_label_follows_the_training_target():
+    right, one_wrong, four_wrong = graded_split(3, seed=0)
+    assert [TrainOptions().label(s) for s in (right, one_wrong, four_wrong)] == [0.0, 1.0, 1.0]
+    assert [TrainOptions(target="wer").label(s) for s in (right, one_wrong, four_wrong)] == pytest.approx([0, 0.2, 0.8])
+    with pytest.raises(ValueError, match="choose one of bad, wer"):
+        TrainOptions(target="edits")
+
