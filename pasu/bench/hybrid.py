@@ -97,11 +97,13 @@ def run(args: argparse.Namespace) -> int:
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     encodings = upload_encodings(args.encoding, profiles)
     calls, proxies = measured_offloads(args, cloud_model, utterances, samples, encodings)
-    results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "split": args.split,
+    results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "offramps": str(offramp_folder),
+               "bilstm_label": learned_label(report["bilstm"]["train"]), "split": args.split,
                "utterances": len(samples), "intent_reader_learned_split": learned, "network_emulation": EMULATION,
                "profiles": {}}
     print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
     print(f"network emulation: {EMULATION}")
+    print(f"offramps: {offramp_folder}; the BiLSTM learned {results['bilstm_label']}")
     for profile in profiles:
         result = evaluate_profile(samples, calls[profile], offramps.bilstm, report, intent, offramps.cnn)
         result["proxy"] = proxies[profile]
@@ -113,6 +115,15 @@ def run(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(results, indent=2))
     print(f"wrote {path} and {', '.join(f'fig4-{p}.png' for p in profiles)} in {args.out}")
     return 0
+
+
+def learned_label(train: dict[str, Any]) -> str:
+    """What an offramp report's BiLSTM was fitted to predict, in words."""
+    from pasu.device.offramp_data import BAD_WER
+
+    if train.get("target", "bad") == "wer":  # reports from before the target was an option learned the bar
+        return "the local WER (soft labels)"
+    return f"local WER > {train.get('bad_wer', BAD_WER):g}"
 
 
 def upload_encodings(spec: str, profiles: list[str]) -> dict[str, str]:

@@ -8,7 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from pasu.bench.hybrid import load_offloads, measured_offloads, offload_key, save_offloads, upload_encodings
+from pasu.bench.hybrid import (
+    learned_label,
+    load_offloads,
+    measured_offloads,
+    offload_key,
+    save_offloads,
+    upload_encodings,
+)
 from pasu.bench.hybrid_eval import CloudCall
 from pasu.metrics import SluResult
 from pasu.slu import Slot
@@ -57,3 +64,9 @@ def test_offloads_saved_under_other_settings_are_not_reused(tmp_path):
     assert load_offloads(path, offload_key(tmp_path / "cloud", samples[:1], "wifi", "pcm16", 3.0, 0)) is None
     assert load_offloads(path, offload_key(tmp_path / "other", samples, "wifi", "pcm16", 3.0, 0)) is None
     assert load_offloads(tmp_path / "calls-5g.jsonl", {}) is None
+
+
+def test_the_bench_names_what_the_bilstm_learned():
+    assert learned_label({"bad_wer": 0.1, "target": "bad"}) == "local WER > 0.1"
+    assert learned_label({"bad_wer": 0.3}) == "local WER > 0.3"  # reports from before the target was an option
+    assert learned_label({"bad_wer": 0.1, "target": "wer"}) == "the local WER (soft labels)"
