@@ -53,7 +53,9 @@ def test_the_encoder_matches_ctranslate2s_and_only_positions_are_frozen(float32_
     with torch.no_grad():
         ours = encoder(torch.from_numpy(features[None])).numpy()
     assert ours.shape == served.shape == (1, 1500, 384)
-    np.testing.assert_allclose(ours, served, atol=1e-3)
+    # float32 on both sides, summed in other orders by other kernels (CTranslate2 picks its own for the CPU):
+    # on an Intel Xeon 7 of 576,000 values, all in one frame, were 1e-3 to 2.7e-3 apart, 5e-4 of their size
+    np.testing.assert_allclose(ours, served, rtol=1e-3, atol=1e-3)
     adapted = encoder.adapted_variables()
     assert "encoder/position_encodings/encodings" not in adapted
     assert {"encoder/conv1/weight", "encoder/layer_3/ffn/linear_1/weight", "encoder/layer_norm/gamma"} <= set(adapted)
