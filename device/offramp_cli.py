@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from pasu.device.offramp_net import LABEL_TARGETS
+from pasu.device.offramp_net import LABELS
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 
 from pasu.metrics import word_edits
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train", help="fit the BiLSTM and CNN offramps on dev replays and calibrate PPL, BiLSTM, CNN and intent "
                       "thresholds",
         description="Replays the agent over a corpus split (cached), fits the BiLSTM (per-token scores) and the CNN\n"
-                    "(encoder output) to predict local WER > --bad-wer (--target wer: the local WER) and the intent\n"
+                    "(encoder output) to predict local WER > --bad-wer (--label wer: the local WER) and the intent\n"
                     "reader on the training sentences, and writes bilstm.pt/.json, cnn.pt/.json, intent_reader.json/.npz\n"
                     "and offramp.json (thresholds) to MODEL/offramp/.",
         epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud",
@@ -66,10 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--bad-wer", type=float,
                        help="the BiLSTM's and CNN's label: local WER above this is wrong (default: the paper's 0.1; a device "
                             "whose WER is far above it may rank better with a higher bar, see the printed yardsticks)")
-    train.add_argument("--target", choices=LABEL_TARGETS, default="bad",
+    train.add_argument("--label", choices=LABELS, default="bad",
                        help="what the BiLSTM and CNN learn to predict: bad, whether local WER is above --bad-wer (the "
-                            "paper's label); wer, the local WER itself (clipped to 1), a soft label that ranks by how "
-                            "wrong the pilot is")
+                            "paper's label); wer, the local WER itself (clipped to 1) as a soft label")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
 
@@ -104,7 +103,7 @@ def run_train(args: argparse.Namespace) -> int:
         if args.cloud_model else None
     options = OfframpTrainOptions()
     bad_wer = options.bilstm.bad_wer if args.bad_wer is None else args.bad_wer
-    options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs, bad_wer=bad_wer, target=args.target))
+    options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs, bad_wer=bad_wer, label=args.label))
     fit_samples = None
     if args.fit_all:  # more examples for the network; the cloud still decodes only the calibration subset
         fit_samples = replay(load_split(args.corpus, args.split), out / f"replays-{args.split}-all.jsonl")

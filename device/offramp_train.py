@@ -170,7 +170,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     }
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
-        cnn_options = replace(options.cnn, bad_wer=bad_wer, target=options.bilstm.target)
+        cnn_options = replace(options.cnn, bad_wer=bad_wer, label=options.bilstm.label)
         cnn, cnn_oof = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
         report["cnn"] = {**_network_facts(cnn, cnn_options, fit), **calibrated("CNN", cnn_oof)}
     intent_model = None

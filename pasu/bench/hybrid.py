@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     encodings = upload_encodings(args.encoding, profiles)
-    calls, proxies = measured_offloads(args, cloud_model, utterances, samples, encodings)
+    calls, proxies = measured_offloads(cloud_model, utterances, samples, encodings, args.deadline, args.seed, args.out,
+                                       reuse=args.reuse_offloads)
     results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "offramps": str(offramp_folder),
                "bilstm_label": learned_label(report["bilstm"]["train"]), "split": args.split,
                "utterances": len(samples), "intent_reader_learned_split": learned, "network_emulation": EMULATION,
@@ -121,7 +122,7 @@ def learned_label(train: dict[str, Any]) -> str:
     """What an offramp report's BiLSTM was fitted to predict, in words."""
     from pasu.device.offramp_data import BAD_WER
 
-    if train.get("target", "bad") == "wer":  # reports from before the target was an option learned the bar
+    if train.get("label", "bad") == "wer":  # reports from before the label was an option learned the bar
         return "the local WER (soft labels)"
     return f"local WER > {train.get('bad_wer', BAD_WER):g}"
 
@@ -148,17 +149,18 @@ def upload_encodings(spec: str, profiles: list[str]) -> dict[str, str]:
     return pairs
 
 
-def measured_offloads(args: argparse.Namespace, cloud_model: Path, utterances: list, samples: list,
-                      encodings: dict[str, str]) -> tuple[dict[str, list[CloudCall]], dict[str, dict[str, Any]]]:
-    """Each profile's round trips: with --reuse-offloads those saved in --out where they match, else offloaded
-    now (and saved)."""
-    keys = {p: offload_key(cloud_model, samples, p, e, args.deadline, args.seed) for p, e in encodings.items()}
-    paths = {p: args.out / f"calls-{p}.jsonl" for p in encodings}
-    saved = {p: load_offloads(paths[p], keys[p]) for p in encodings} if args.reuse_offloads else {}
+def measured_offloads(cloud_model: Path, utterances: list, samples: list, encodings: dict[str, str], deadline: float,
+                      seed: int, out: Path, reuse: bool = False
+                      ) -> tuple[dict[str, list[CloudCall]], dict[str, dict[str, Any]]]:
+    """Each profile's round trips, saved in `out`; `reuse`: those an earlier run saved there where they match,
+    the rest offloaded now."""
+    keys = {p: offload_key(cloud_model, samples, p, e, deadline, seed) for p, e in encodings.items()}
+    paths = {p: out / f"calls-{p}.jsonl" for p in encodings}
+    saved = {p: load_offloads(paths[p], keys[p]) for p in encodings} if reuse else {}
     missing = {p: e for p, e in encodings.items() if saved.get(p) is None}
-    if args.reuse_offloads and missing:
-        print(f"note: no saved offloads in {args.out} match for {', '.join(missing)}; offloading", file=sys.stderr)
-    calls, proxies = offload_all(cloud_model, utterances, samples, missing, args.deadline, args.seed)
+    if reuse and missing:
+        print(f"note: no saved offloads in {out} match for {', '.join(missing)}; offloading", file=sys.stderr)
+    calls, proxies = offload_all(cloud_model, utterances, samples, missing, deadline, seed)
     for profile in missing:
         save_offloads(paths[profile], keys[profile], proxies[profile], calls[profile])
     for profile, (proxy, earlier) in ((p, s) for p, s in saved.items() if s is not None):

@@ -3,7 +3,6 @@ trips an earlier run saved."""
 
 from __future__ import annotations
 
-import argparse
 from types import SimpleNamespace
 
 import pytest
@@ -38,27 +37,26 @@ def test_bad_specs_say_what_is_wrong(spec, message):
         upload_encodings(spec, PROFILES)
 
 
-def saved_run(tmp_path, deadline: float = 3.0) -> tuple[argparse.Namespace, list, list[CloudCall]]:
-    """Two utterances' round trips on Wi-Fi, saved as a run with `deadline` leaves them in --out."""
+def saved_run(tmp_path, deadline: float = 3.0) -> tuple[list, list[CloudCall]]:
+    """Two utterances' round trips on Wi-Fi, saved as a run with `deadline` leaves them in its --out."""
     samples = [SimpleNamespace(id="u1"), SimpleNamespace(id="u2")]
     calls = [CloudCall(True, 0.71, SluResult("wake me at five", "alarm_set", (Slot("time", "five"),))),
              CloudCall(False, 3.0, None, "deadline")]
     key = offload_key(tmp_path / "cloud", samples, "wifi", "pcm16", deadline, 0)
     save_offloads(tmp_path / "calls-wifi.jsonl", key, {"name": "wifi", "encoding": "pcm16"}, calls)
-    args = argparse.Namespace(out=tmp_path, reuse_offloads=True, deadline=deadline, seed=0)
-    return args, samples, calls
+    return samples, calls
 
 
 def test_saved_offloads_price_a_second_run_without_a_server(tmp_path):
-    args, samples, saved = saved_run(tmp_path)
+    samples, saved = saved_run(tmp_path)
     # the cloud model folder does not exist: a server would fail to load it, so nothing is offloaded again
-    calls, proxies = measured_offloads(args, tmp_path / "cloud", [], samples, {"wifi": "pcm16"})
+    calls, proxies = measured_offloads(tmp_path / "cloud", [], samples, {"wifi": "pcm16"}, 3.0, 0, tmp_path, reuse=True)
     assert calls["wifi"] == saved
     assert proxies["wifi"]["reused"] == str(tmp_path / "calls-wifi.jsonl")
 
 
 def test_offloads_saved_under_other_settings_are_not_reused(tmp_path):
-    _, samples, _ = saved_run(tmp_path, deadline=3.0)
+    samples, _ = saved_run(tmp_path, deadline=3.0)
     path = tmp_path / "calls-wifi.jsonl"
     assert load_offloads(path, offload_key(tmp_path / "cloud", samples, "wifi", "pcm16", 2.0, 0)) is None
     assert load_offloads(path, offload_key(tmp_path / "cloud", samples[:1], "wifi", "pcm16", 3.0, 0)) is None
@@ -67,6 +65,6 @@ def test_offloads_saved_under_other_settings_are_not_reused(tmp_path):
 
 
 def test_the_bench_names_what_the_bilstm_learned():
-    assert learned_label({"bad_wer": 0.1, "target": "bad"}) == "local WER > 0.1"
-    assert learned_label({"bad_wer": 0.3}) == "local WER > 0.3"  # reports from before the target was an option
-    assert learned_label({"bad_wer": 0.1, "target": "wer"}) == "the local WER (soft labels)"
+    assert learned_label({"bad_wer": 0.1, "label": "bad"}) == "local WER > 0.1"
+    assert learned_label({"bad_wer": 0.3}) == "local WER > 0.3"  # reports from before the label was an option
+    assert learned_label({"bad_wer": 0.1, "label": "wer"}) == "the local WER (soft labels)"

@@ -267,11 +267,11 @@ def graded_split(n: int, seed: int) -> list[OfframpSample]:
 
 
 def test_the_bilstm_can_learn_the_local_wer_itself():
-    """With soft labels (target "wer") the network ranks four wrong words above one; the paper's label cannot
+    """With soft labels (label "wer") the network ranks four wrong words above one; the paper's label cannot
     tell them apart."""
-    options = OfframpTrainOptions(bilstm=TrainOptions(epochs=30, target="wer"), folds=3)
+    options = OfframpTrainOptions(bilstm=TrainOptions(epochs=30, label="wer"), folds=3)
     trained = fit_offramps(graded_split(90, seed=0), options, [0] * 90)
-    assert trained.report["bilstm"]["train"]["target"] == "wer"
+    assert trained.report["bilstm"]["train"]["label"] == "wer"
     held = graded_split(60, seed=1)
     scores = trained.bilstm.probabilities([token_features(s.early) for s in held])
     mean = {edits: scores[[s.local_edits == edits for s in held]].mean() for edits in (0, 1, 4)}
@@ -281,10 +281,10 @@ def test_the_bilstm_can_learn_the_local_wer_itself():
     assert mean[4] == pytest.approx(0.8, abs=0.1)
 
 
-def test_the_label_follows_the_training_target():
+def test_the_label_is_the_bar_or_the_local_wer():
     right, one_wrong, four_wrong = graded_split(3, seed=0)
-    assert [TrainOptions().label(s) for s in (right, one_wrong, four_wrong)] == [0.0, 1.0, 1.0]
-    assert [TrainOptions(target="wer").label(s) for s in (right, one_wrong, four_wrong)] == pytest.approx([0, 0.2, 0.8])
+    assert [TrainOptions().label_of(s) for s in (right, one_wrong, four_wrong)] == [0.0, 1.0, 1.0]
+    assert [TrainOptions(label="wer").label_of(s) for s in (right, one_wrong, four_wrong)] == pytest.approx([0, 0.2, 0.8])
     with pytest.raises(ValueError, match="choose one of bad, wer"):
-        TrainOptions(target="edits")
+        TrainOptions(label="edits")
 
