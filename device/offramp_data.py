@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 from pasu.device.agent import AgentOptions, replay
+from pasu.files import write_text_atomic
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.routing import Decision
 from pasu.device.runtime import DeviceModel
@@ -174,10 +175,7 @@ def save_samples(path: str | Path, samples: Sequence[OfframpSample], key: dict[s
     with open(encodings_path(path), "wb") as f:  # a file object: np.savez would append .npz to a str path
         np.savez(f, **encodings)
     lines = [json.dumps({"key": key})] + [json.dumps(_sample_to_dict(s)) for s in samples]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)  # atomic, and last: a killed run never leaves half a cache behind
-    return path
+    return write_text_atomic(path, "\n".join(lines) + "\n")  # last: a killed run never leaves half a cache
 
 
 def encodings_path(path: str | Path) -> Path:

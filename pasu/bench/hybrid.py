@@ -5,7 +5,8 @@ A real gRPC cloud server (`ServerThread`) hosts the cloud model on loopback; eve
 once per network profile through `pasu.netproxy.NetworkProxy`, a user-space TCP proxy that delays, rate-limits
 and loses segments (tc netem needs root and the sch_netem module, which this project's machines lack).
 Policies are priced from these measurements (see pasu.bench.hybrid_eval), decided by the agent's own policy
-objects with the offramp thresholds `pasu offramp train` calibrated on dev.
+objects with the offramp thresholds `pasu offramp train` calibrated on dev. The round trips are saved beside the
+results, and `--reuse-offloads` prices another offramp folder on them without a server.
 """
 
 from __future__ import annotations
@@ -177,10 +178,10 @@ def offload_key(cloud_model: Path, samples: list, profile: str, encoding: str, d
 
 def save_offloads(path: Path, key: dict[str, Any], proxy: dict[str, Any], calls: list[CloudCall]) -> None:
     """JSONL: a header with the key and the proxy's settings and counters, then one round trip per utterance."""
+    from pasu.files import write_text_atomic
+
     lines = [json.dumps({"key": key, "proxy": proxy})] + [json.dumps(asdict(c)) for c in calls]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def load_offloads(path: Path, key: dict[str, Any]) -> tuple[dict[str, Any], list[CloudCall]] | None:

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from pasu.corpus import augment, tts
 from pasu.corpus.plan import SPLITS, Job, Plan, Preset, engine_of, make_plan
 from pasu.corpus.text import check_no_leakage, load_corpus_text, read_sentences, sentence_fields
+from pasu.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def _check_or_write_build_info(out: Path, opts: BuildOptions, plan: Plan, text_s
                 f"{out} holds a build with another preset, seed, variant, training text or voice set; choose another --out or delete it")
         return
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, json.dumps(info, indent=2))
+    write_text_atomic(path, json.dumps(info, indent=2))
 
 
 def _shards(plan: Plan) -> list[Shard]:
@@ -202,8 +203,8 @@ def _render_shard(shard: Shard, out: str, data_dir: str) -> int:
         rows.append(_write_utterance(out_dir, job, audio, banks))
     shard_dir = out_dir / "shards"
     if errors:
-        _write_atomic(shard_dir / f"{shard.name}.errors.jsonl", _jsonl(errors))
-    _write_atomic(shard_dir / f"{shard.name}.jsonl", _jsonl(rows))
+        write_text_atomic(shard_dir / f"{shard.name}.errors.jsonl", _jsonl(errors))
+    write_text_atomic(shard_dir / f"{shard.name}.jsonl", _jsonl(rows))
     return len(shard.jobs)
 
 
@@ -264,7 +265,7 @@ def _assemble_manifests(out: Path, shards: Sequence[Shard]) -> None:
 
 def write_manifest(path: Path, rows: Sequence[dict]) -> None:
     """Write a `<split>.jsonl` manifest whole (readers never see a partial one)."""
-    _write_atomic(path, _jsonl(rows))
+    write_text_atomic(path, _jsonl(rows))
 
 
 def read_manifest(path: Path) -> list[dict]:
@@ -282,8 +283,3 @@ def _read_jsonl(path: Path) -> Iterator[dict]:
 def _jsonl(rows: Sequence[dict]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
-
-def _write_atomic(path: Path, content: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(content)
-    tmp.replace(path)

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from pasu.files import write_text_atomic
 from pasu.settings import SHARED_DATA_ENV, shared_data_dir
 from pasu.slu import Slot, parse_annotation
 
@@ -467,10 +468,7 @@ def fields_sentence(row: dict) -> Sentence:
 
 def write_sentences(path: str | os.PathLike, sentences: Iterable[Sentence]) -> None:
     """One JSON row per sentence (`sentence_fields`), written whole then renamed."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(sentence_fields(s)) + "\n" for s in sentences), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(json.dumps(sentence_fields(s)) + "\n" for s in sentences))
 
 
 def read_sentences(path: str | os.PathLike) -> tuple[Sentence, ...]:
