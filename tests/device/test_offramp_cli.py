@@ -136,3 +136,10 @@ def test_the_reader_learns_the_split_and_its_replays_are_read_by_readers_that_di
     assert [f for f, digest in readers.items() if digest != IntentMixture(shipped).digest()] == [sentence_fold(pizza)]
     report = load_offramps(offramp).report
     assert report["reader_learns_split"] is True and report["intent"]["fitted_on"] == 6
+
+
+def test_the_label_choices_are_the_training_options():
+    from pasu.device import offramp_net
+    from pasu.device.offramp_cli import LABELS
+
+    assert LABELS == offramp_net.LABELS
