@@ -11,12 +11,18 @@ words); the device's CTC posteriors over the whole utterance (frame entropy, low
 CTC-greedy transcript is from the pilot's); and the audio conditions the corpus recorded (TTS engine, noise,
 SNR, reverberation: known to no device), each fitted to the local word edits or to the cloud's gain.
 
+`--test-run` also prices each label's BiLSTM, fitted on every dev replay, on a `pasu bench hybrid --out` folder's
+`test` replays with the cloud answers its run saved (`calls-PROFILE.jsonl`): Table 5 there, and the intent
+accuracy when the top 47% (Offload-M's share) by score x seconds are offloaded, against AllOffload's.
+
     .venv/bin/python scripts/offramp_labels.py models/shipped/device --cache exp/cloud-dev-all.json [--evidence]
+    .venv/bin/python scripts/offramp_labels.py models/shipped/device --folder exp/offramp-wer --test-run exp/hybrid47
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +30,9 @@ import torch
 from sklearn.model_selection import KFold
 
 from pasu.device.bilstm_offramp import token_features, train
-from pasu.device.calibration import for_wer, naive_probability, offload_curve, wer_targets
+from pasu.bench.hybrid import load_offloads
+from pasu.bench.hybrid_eval import edit_totals
+from pasu.device.calibration import OFFLOAD_LEVELS, for_wer, naive_probability, offload_curve, wer_targets
 from pasu.device.offramp_cli import cloud_word_edits
 from pasu.device.offramp_data import load_samples
 from pasu.device.offramp_train import OFFRAMP_DIR
@@ -40,15 +48,18 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("exp/cloud-dev-all.json"), help="cloud edits of every dev replay")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--evidence", action="store_true", help="also rank by gradient boosting over richer evidence")
+    parser.add_argument("--folder", type=Path, help="the offramp folder with the dev replays (default: MODEL/offramp)")
+    parser.add_argument("--test-run", type=Path, help="a `pasu bench hybrid --out` folder to price the labels on")
+    parser.add_argument("--profile", default="wifi", help="whose saved round trips --test-run reads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    folder = args.model / OFFRAMP_DIR
-    fit = [s for s in load_samples(folder / "replays-dev-all.jsonl") if s.early is not None]
+    folder = args.folder or args.model / OFFRAMP_DIR
+    fit = [s for s in dev_replays(folder, "replays-dev-all") if s.early is not None]
     utterances = {u.id: u for u in load_split(args.corpus, "dev")}
     cloud_all = np.array(cloud_word_edits(args.cloud_model, [utterances[s.id] for s in fit], args.cache), float)
     local_all = np.array([s.local_edits for s in fit], float)
-    calibration_ids = {s.id for s in load_samples(folder / "replays-dev.jsonl")}  # the thresholds' 300
+    calibration_ids = {s.id for s in dev_replays(folder, "replays-dev")}  # the thresholds' 300
     cal = np.array([i for i, s in enumerate(fit) if s.id in calibration_ids])
     local, cloud = local_all[cal], cloud_all[cal]
     words = np.array([fit[i].ref_words for i in cal], float)
@@ -80,6 +91,12 @@ def main() -> None:
     for bar in (0.1, 0.3):
         row(f"BiLSTM on local WER > {bar}", out_of_fold((local_wer > bar).astype(np.float32)))
     row("BiLSTM on cloud makes fewer edits", out_of_fold(gain))
+    either = np.array([s.local_wer > 0.1 or s.local.intent != s.reference.intent for s in fit], np.float32)
+    row("BiLSTM on words or intent wrong", out_of_fold(either))
+    if args.test_run:
+        labels = {"local WER > 0.1": (local_wer > 0.1).astype(np.float32), "cloud makes fewer edits": gain,
+                  "words or intent wrong": either}
+        price_on_test(args.test_run, args.profile, sequences, labels)
     if args.evidence:
         evidence = {"pilot": pilot_evidence(fit), "words": word_evidence(fit, args.corpus),
                     "ctc": ctc_evidence(fit, utterances, args.model), "conditions": condition_evidence(fit, args.corpus)}
@@ -90,6 +107,49 @@ def main() -> None:
             # already a count of errors: no weighing by length (row divides it back out)
             row(f"GBM {'+'.join(names)} -> local edits", boosted_out_of_fold(features, local_all)[cal] / seconds)
             row(f"GBM {'+'.join(names)} -> gain", boosted_out_of_fold(features, edit_gain)[cal] / seconds)
+
+
+def dev_replays(folder: Path, stem: str) -> list:
+    """The dev replays of `pasu offramp train` (STEM.jsonl, or STEM.foldK.jsonl with --reader-learns-split)."""
+    whole = load_samples(folder / f"{stem}.jsonl")
+    if whole is not None:
+        return whole
+    folds = sorted(folder.glob(f"{stem}.fold*.jsonl"))
+    if not folds:
+        raise SystemExit(f"no {stem}.jsonl in {folder}: run `pasu offramp train --fit-all` first")
+    return [s for path in folds for s in load_samples(path)]
+
+
+def price_on_test(run: Path, profile: str, sequences: list[np.ndarray], labels: dict[str, np.ndarray]) -> None:
+    """Each label's BiLSTM, fitted on every dev replay, priced on a bench run's `test` replays and saved round
+    trips: offload / NaiveHybrid at its four WER targets, and intent accuracy at Offload-M's share."""
+    calls_path = run / f"calls-{profile}.jsonl"
+    key = json.loads(calls_path.read_text().split("\n", 1)[0])["key"]
+    _, calls = load_offloads(calls_path, key)
+    samples = load_samples(run / "replays-test.jsonl")
+    if [s.id for s in samples] != key["ids"]:
+        raise SystemExit(f"{calls_path} was saved for other utterances than {run / 'replays-test.jsonl'}")
+    kept = [i for i, s in enumerate(samples) if s.early is not None]
+    samples, calls = [samples[i] for i in kept], [calls[i] for i in kept]
+    local, cloud, words = edit_totals(samples, calls)
+    seconds = np.array([s.duration for s in samples])
+    targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())
+    naive = [naive_probability(local.sum(), cloud.sum(), words.sum(), t) for t in targets]
+    local_right = np.array([s.local.intent == s.reference.intent for s in samples])
+    cloud_right = np.array([c.result.intent == s.reference.intent if c.ok else r
+                            for s, c, r in zip(samples, calls, local_right)])
+    print(f"{run}: {len(samples)} `test` replays; WER targets " + " / ".join(f"{100 * t:.1f}%" for t in targets)
+          + f"; AllOffload intent {cloud_right.mean():.1%}")
+    test_sequences = [token_features(s.early) for s in samples]
+    for name, labels_ in labels.items():
+        scores = weigh_by_length(train(sequences, labels_).probabilities(test_sequences), seconds)
+        curve = offload_curve(scores, local, cloud, words)
+        ratios = [c.offload_ratio / n if (c := for_wer(curve, t)) else float("nan") for t, n in zip(targets, naive)]
+        offloaded = np.zeros(len(samples), bool)
+        offloaded[np.argsort(-scores, kind="stable")[:round(OFFLOAD_LEVELS["M"] * len(samples))]] = True
+        intent = np.where(offloaded, cloud_right, local_right).mean()
+        print(f"  BiLSTM on {name:24s}" + "".join(f"{r:8.2f}x" for r in ratios)
+              + f"   intent at Offload-M's share {intent:.1%} ({100 * (intent - cloud_right.mean()):+.1f})", flush=True)
 
 
 def boosted_out_of_fold(features: np.ndarray, target: np.ndarray) -> np.ndarray:
