@@ -65,12 +65,10 @@ def main() -> None:
     words = np.array([fit[i].ref_words for i in cal], float)
     seconds = np.array([fit[i].duration for i in cal])
     targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())
-    naive = [naive_probability(local.sum(), cloud.sum(), words.sum(), t) for t in targets]
     sequences = [token_features(s.early) for s in fit]
 
     def row(name: str, scores: np.ndarray) -> None:
-        curve = offload_curve(weigh_by_length(scores, seconds), local, cloud, words)
-        ratios = [c.offload_ratio / n if (c := for_wer(curve, t)) else float("nan") for t, n in zip(targets, naive)]
+        ratios = table5_ratios(weigh_by_length(scores, seconds), local, cloud, words)
         print(f"{name:34s}" + "".join(f"{r:8.2f}x" for r in ratios), flush=True)
 
     def out_of_fold(labels: np.ndarray) -> np.ndarray:
@@ -109,6 +107,16 @@ def main() -> None:
             row(f"GBM {'+'.join(names)} -> gain", boosted_out_of_fold(features, edit_gain)[cal] / seconds)
 
 
+def table5_ratios(scores: np.ndarray, local: np.ndarray, cloud: np.ndarray, words: np.ndarray) -> list[float]:
+    """Offload / NaiveHybrid's at each WER target between device and cloud, offloading the highest scores first."""
+    curve = offload_curve(scores, local, cloud, words)
+    ratios = []
+    for target in wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum()):
+        naive = naive_probability(local.sum(), cloud.sum(), words.sum(), target)
+        ratios.append(c.offload_ratio / naive if (c := for_wer(curve, target)) and naive else float("nan"))
+    return ratios
+
+
 def dev_replays(folder: Path, stem: str) -> list:
     """The dev replays of `pasu offramp train` (STEM.jsonl, or STEM.foldK.jsonl with --reader-learns-split)."""
     whole = load_samples(folder / f"{stem}.jsonl")
@@ -134,7 +142,6 @@ def price_on_test(run: Path, profile: str, sequences: list[np.ndarray], labels: 
     local, cloud, words = edit_totals(samples, calls)
     seconds = np.array([s.duration for s in samples])
     targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())
-    naive = [naive_probability(local.sum(), cloud.sum(), words.sum(), t) for t in targets]
     local_right = np.array([s.local.intent == s.reference.intent for s in samples])
     cloud_right = np.array([c.result.intent == s.reference.intent if c.ok else r
                             for s, c, r in zip(samples, calls, local_right)])
@@ -143,8 +150,7 @@ def price_on_test(run: Path, profile: str, sequences: list[np.ndarray], labels: 
     test_sequences = [token_features(s.early) for s in samples]
     for name, labels_ in labels.items():
         scores = weigh_by_length(train(sequences, labels_).probabilities(test_sequences), seconds)
-        curve = offload_curve(scores, local, cloud, words)
-        ratios = [c.offload_ratio / n if (c := for_wer(curve, t)) else float("nan") for t, n in zip(targets, naive)]
+        ratios = table5_ratios(scores, local, cloud, words)
         offloaded = np.zeros(len(samples), bool)
         offloaded[np.argsort(-scores, kind="stable")[:round(OFFLOAD_LEVELS["M"] * len(samples))]] = True
         intent = np.where(offloaded, cloud_right, local_right).mean()
