@@ -53,10 +53,6 @@ class TrainOptions:
         return min(sample.local_wer, 1.0) if self.label == "wer" else float(sample.bad(self.bad_wer))
 
 
-def parameter_count(net: nn.Module) -> int:
-    return sum(p.numel() for p in net.parameters())
-
-
 def pad_batch(sequences: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, L, D) zero-padded float32 features and the (B,) lengths."""
     lengths = torch.tensor([len(s) for s in sequences])

@@ -32,7 +32,8 @@ from pasu.device.calibration import (
 from pasu.device.intent_offramp import IntentErrorModel, IntentEvidence, IntentMixture, IntentOfframp
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
-from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions, parameter_count
+from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions
+from pasu.models.checkpoints import count_parameters
 from pasu.device.routing import EitherPolicy, PerplexityOfframp, weigh_by_length
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -219,7 +220,7 @@ def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp
 
 def _network_facts(offramp: LearnedOfframp, train_options: TrainOptions,
                    fit: Sequence[OfframpSample]) -> dict[str, Any]:
-    return {"parameters": parameter_count(offramp.net), "train": asdict(train_options), "fitted_on": len(fit)}
+    return {"parameters": count_parameters(offramp.net), "train": asdict(train_options), "fitted_on": len(fit)}
 
 
 def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],

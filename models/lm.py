@@ -44,18 +44,12 @@ from tqdm import tqdm
 from espnet2.lm.espnet_model import ESPnetLanguageModel
 from espnet2.lm.seq_rnn_lm import SequentialRNNLM
 from pasu.config import from_dict
+from pasu.models.checkpoints import atomic_save, count_parameters, restore_checkpoint, save_checkpoint
 from pasu.models.data import load_split
 from pasu.models.package import TOKENIZER_FILE, WEIGHTS_FILE, _repo_relative, half_state_dict
 from pasu.models.tokenizer import Tokenizer
-from pasu.models.train import (
-    OptimOptions,
-    _rng_state,
-    restore_checkpoint,
-    _set_threads,
-    atomic_save,
-    count_parameters,
-    learning_rate,
-)
+from pasu.models.train import OptimOptions, learning_rate
+from pasu.torch_threads import set_training_threads
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +280,7 @@ def train_lm(
            "dev_sentences": len(dev_seqs), "dev_tokens": sum(map(len, dev_seqs))}
     (exp_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 
-    _set_threads(opts.num_threads)
+    set_training_threads(opts.num_threads)
     torch.manual_seed(opts.seed)
     model = build_lm(tokenizer.vocab_size, config.lm)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.optim.lr, betas=config.optim.betas,
@@ -396,8 +390,7 @@ class _LmLoop:
     def _save_checkpoint(self) -> None:
         s = self.state
         s.elapsed = self.elapsed_before + time.monotonic() - self.run_start
-        atomic_save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "state": dataclasses.asdict(s), "rng": _rng_state()}, self.exp_dir / "checkpoint.pt")
+        save_checkpoint(self.exp_dir / "checkpoint.pt", self.model, self.optimizer, dataclasses.asdict(s))
         self.last_ckpt = time.monotonic()
 
     def _write_summary(self) -> None:

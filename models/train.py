@@ -46,8 +46,16 @@ from tqdm import tqdm
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 from pasu.config import from_dict
+from pasu.files import write_text_atomic
 from pasu.metrics import SluResult, evaluate_slu
 from pasu.models.build import build_asr_model
+from pasu.models.checkpoints import (
+    atomic_save,
+    average_state_dicts,
+    count_parameters,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from pasu.models.data import (
     Batch,
     SpeechDataset,
@@ -61,6 +69,7 @@ from pasu.models.data import (
 from pasu.models.package import AVERAGED_WEIGHTS
 from pasu.models.targets import decode_target, target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
+from pasu.torch_threads import set_training_threads
 
 log = logging.getLogger(__name__)
 
@@ -324,40 +333,6 @@ def _aligned_results(utterances: Sequence[Utterance], hyps: dict[str, str]) -> t
 # --- Checkpoints and averaging ----------------------------------------------------------------------
 
 
-def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file, then rename: a crash never leaves a half-written checkpoint."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def average_state_dicts(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of float tensors (ESPnet's average_nbest_models); integer buffers from the first."""
-    if not paths:
-        raise ValueError("nothing to average")
-    avg: dict[str, torch.Tensor] = {}
-    for path in paths:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        for k, v in state.items():
-            if not v.is_floating_point():
-                avg.setdefault(k, v.clone())  # e.g. BatchNorm's num_batches_tracked
-            elif k in avg:
-                avg[k] += v.double()
-            else:
-                avg[k] = v.double().clone()
-    return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in avg.items()}
-
-
-def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-
-
 # --- Training -----------------------------------------------------------------------------------
 
 
@@ -400,7 +375,7 @@ def train(
     if opts.init_new_decoder_layers_identity and not opts.init_partial:
         raise ValueError("train.init_new_decoder_layers_identity needs train.init_partial=true: without it the "
                          "package's own architecture is kept and no decoder layer is new")
-    _set_threads(opts.num_threads)
+    set_training_threads(opts.num_threads)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
     random.seed(opts.seed)
@@ -474,14 +449,6 @@ def _stop_on_signals(request_stop: Callable[[], None]) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _set_threads(n: int) -> None:
-    torch.set_num_threads(n)
-    try:
-        torch.set_num_interop_threads(1)  # only allowed before any parallel work: fine to miss on resume
-    except RuntimeError:
-        pass
 
 
 def _device(name: str) -> torch.device:
@@ -570,9 +537,7 @@ def _prepare_experiment(
 
 def _write_resolved(config: ExperimentConfig, model_config: dict[str, Any], cfg_path: Path) -> None:
     resolved = {**config.to_dict(), "model": model_config}
-    tmp = cfg_path.with_name("config.yaml.tmp")
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False, default_flow_style=None, width=120))
-    os.replace(tmp, cfg_path)
+    write_text_atomic(cfg_path, yaml.safe_dump(resolved, sort_keys=False, default_flow_style=None, width=120))
 
 
 def _model_section(config: ExperimentConfig) -> dict[str, Any]:
@@ -586,15 +551,6 @@ def _model_section(config: ExperimentConfig) -> dict[str, Any]:
     else:
         model["specaug"] = None
     return model
-
-
-def restore_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Load model, optimizer and RNG states from a checkpoint.pt; returns its loop-state dict."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(ckpt["model"], strict=True)
-    optimizer.load_state_dict(ckpt["optimizer"])
-    _set_rng_state(ckpt["rng"])
-    return ckpt["state"]
 
 
 def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainState:
@@ -837,15 +793,7 @@ class _Loop:
     def _save_checkpoint(self) -> None:
         s = self.state
         s.elapsed = self.elapsed_before + time.monotonic() - self.run_start
-        atomic_save(
-            {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "state": dataclasses.asdict(s),
-                "rng": _rng_state(),
-            },
-            self.exp_dir / "checkpoint.pt",
-        )
+        save_checkpoint(self.exp_dir / "checkpoint.pt", self.model, self.optimizer, dataclasses.asdict(s))
         self.last_ckpt = time.monotonic()
 
     def _average(self) -> Path | None:
@@ -877,6 +825,3 @@ class _Loop:
         print(f"trained {result.steps} steps; {result.seconds_per_step:.3f} s/step "
               f"({self.config.train.num_threads} threads); averaged -> {result.averaged}")
 
-
-def count_parameters(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

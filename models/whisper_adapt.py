@@ -28,11 +28,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from pasu.models.checkpoints import atomic_save, restore_checkpoint, save_checkpoint
 from pasu.models.ctranslate2_file import read_model_file
 from pasu.models.data import Utterance, load_split, read_audio
-from pasu.models.train import OptimOptions, _rng_state, _set_threads, atomic_save, learning_rate, restore_checkpoint
+from pasu.models.train import OptimOptions, learning_rate
 from pasu.models.whisper_decoder import WhisperDecoder, pack_adaptation, token_logprobs
 from pasu.models.whisper_recognizer import WhisperRecognizer, load_model, read_weights, weights_folder
+from pasu.torch_threads import set_training_threads
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +118,7 @@ class EncodedSplit:
 
 def adapt(folder: Path, corpus: Path, exp_dir: Path, out: Path, options: AdaptOptions = AdaptOptions()) -> Path:
     """Encode, train, and write the adapted decoder variables of the Whisper model folder `folder` to `out`."""
-    _set_threads(options.threads)
+    set_training_threads(options.threads)
     torch.manual_seed(options.seed)  # the batch order (a resumed run restores its RNG from the checkpoint)
     exp_dir.mkdir(parents=True, exist_ok=True)
     weights = dataclasses.replace(read_weights(folder), adaptation="")  # always adapt the original
@@ -216,5 +218,4 @@ class _Trainer:
 
     def _save_checkpoint(self) -> None:
         state: dict[str, Any] = {"step": self.step, "best_loss": self.best_loss, "order": self.order}
-        atomic_save({"model": self.decoder.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "state": state, "rng": _rng_state()}, self.exp_dir / "checkpoint.pt")
+        save_checkpoint(self.exp_dir / "checkpoint.pt", self.decoder, self.optimizer, state)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pasu.torch_threads import adopt_torch_threads
+from pasu.torch_threads import adopt_torch_threads, set_training_threads
 
 
 def _openmp_max_threads() -> ctypes._CFuncPtr:
@@ -44,5 +44,15 @@ def test_a_new_thread_adopts_the_process_torch_thread_count():
         if len(os.sched_getaffinity(0)) > 1 and "OMP_NUM_THREADS" not in os.environ:
             assert _in_new_thread(max_threads) > 1  # the fault this guards against: OpenMP's default
         assert _in_new_thread(lambda: (adopt_torch_threads(), max_threads())[1]) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_set_training_threads_sets_the_count_and_survives_a_second_call():
+    before = torch.get_num_threads()
+    try:
+        set_training_threads(1)
+        set_training_threads(1)  # resuming in the same process: inter-op threads can no longer change
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

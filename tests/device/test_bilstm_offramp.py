@@ -11,7 +11,8 @@ from pasu.device.bilstm_offramp import (
     train,
 )
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.offramp_net import TrainOptions, parameter_count
+from pasu.device.offramp_net import TrainOptions
+from pasu.models.checkpoints import count_parameters
 from pasu.device.routing import OfframpPolicy
 
 
@@ -31,7 +32,7 @@ def sequences(n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
 
 
 def test_the_network_has_about_eleven_thousand_parameters():
-    assert 10_500 <= parameter_count(BiLstmNet()) <= 11_600
+    assert 10_500 <= count_parameters(BiLstmNet()) <= 11_600
 
 
 def test_features_pair_attention_and_ctc_and_clip_impossible_tokens():

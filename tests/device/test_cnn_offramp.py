@@ -8,7 +8,8 @@ import pytest
 import torch
 from pasu.device.cnn_offramp import CnnConfig, CnnNet, CnnOfframp, encoder_features, train
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.offramp_net import TrainOptions, pad_batch, parameter_count
+from pasu.device.offramp_net import TrainOptions, pad_batch
+from pasu.models.checkpoints import count_parameters
 from pasu.device.routing import OfframpPolicy
 
 FAST = TrainOptions(epochs=20, learning_rate=3e-3)
@@ -32,7 +33,7 @@ def frames(n: int, seed: int, width: int = 16) -> tuple[list[np.ndarray], np.nda
 def test_the_network_is_small_beside_the_papers():
     """Two convolutions and two linear layers over the shipped encoder's 144 channels: tens of thousands of
     parameters (the paper's 192.5 M would only memorize ~2k dev replays)."""
-    assert 20_000 <= parameter_count(CnnNet(CnnConfig(input_size=144))) <= 40_000
+    assert 20_000 <= count_parameters(CnnNet(CnnConfig(input_size=144))) <= 40_000
 
 
 def test_a_sequence_scores_the_same_alone_and_in_a_padded_batch():

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from pasu.models.build import build_asr_model
+from pasu.models.checkpoints import average_state_dicts
 from pasu.models.data import SpeechDataset, collate, load_split, sample_global_stats, write_synthetic_corpus
 from pasu.models.targets import target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
@@ -24,7 +25,6 @@ from pasu.models.train import (
     DataOptions,
     FirstTokenLoss,
     STOP_FILE,
-    average_state_dicts,
     config_from_dict,
     learning_rate,
     load_config,
@@ -378,16 +378,6 @@ def test_a_stop_request_ends_the_run_like_a_limit(corpus, tmp_path, how):
     assert (exp / "model_avg.pt").exists() and result.final_dev is not None  # packaged-ready, as at a limit
     assert json.loads((exp / "summary.json").read_text())["steps"] == result.steps
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
-
-
-def test_average_state_dicts(tmp_path):
-    paths = []
-    for i, value in enumerate([1.0, 2.0, 6.0]):
-        paths.append(tmp_path / f"{i}.pt")
-        torch.save({"w": torch.full((2,), value), "n": torch.tensor(i)}, paths[-1])
-    avg = average_state_dicts(paths)
-    assert torch.allclose(avg["w"], torch.full((2,), 3.0)) and avg["w"].dtype == torch.float32
-    assert avg["n"] == 0  # integer buffers are not averaged
 
 
 def test_cli_help_has_an_example(capsys):
