@@ -46,7 +46,7 @@ from espnet2.lm.seq_rnn_lm import SequentialRNNLM
 from pasu.config import from_dict
 from pasu.models.checkpoints import atomic_save, count_parameters, restore_checkpoint, save_checkpoint
 from pasu.models.data import load_split
-from pasu.models.package import TOKENIZER_FILE, WEIGHTS_FILE, _repo_relative, half_state_dict
+from pasu.models.package import TOKENIZER_FILE, WEIGHTS_FILE, repo_relative, half_state_dict
 from pasu.models.tokenizer import Tokenizer
 from pasu.models.train import OptimOptions, learning_rate
 from pasu.torch_threads import set_training_threads
@@ -430,11 +430,11 @@ def package_lm(exp_dir: str | os.PathLike, out_dir: str | os.PathLike, name: str
         "tokenizer": TOKENIZER_FILE,
         "weights": WEIGHTS_FILE,
         "parameters": count_parameters(model),
-        "training": {**run, **summary, **{k: _repo_relative(run[k]) for k in ("asr_model", "corpus", "dev")},
+        "training": {**run, **summary, **{k: repo_relative(run[k]) for k in ("asr_model", "corpus", "dev")},
                      "options": {k: v for k, v in stored.items() if k in ("optim", "train")}},
     }
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, width=120))
-    (out_dir / "README.md").write_text(lm_card(config, _repo_relative(str(out_dir))))
+    (out_dir / "README.md").write_text(lm_card(config, repo_relative(str(out_dir))))
     return out_dir
 
 

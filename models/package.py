@@ -74,10 +74,10 @@ def package_model(
             "steps": summary.get("steps"),
             # which snapshots model_avg.pt averages; other weights (a snapshot, a hand-made average) say nothing
             "averaged_steps": summary.get("averaged_steps") if source == AVERAGED_WEIGHTS else None,
-            "corpus": _repo_relative(run.get("corpus")),
+            "corpus": repo_relative(run.get("corpus")),
             "corpus_summary": _corpus_summary(run.get("corpus")),  # read where training ran
             # more training speech (`data.extra_corpora`): each corpus's training split, summarized
-            "extra_corpora": {_repo_relative(c): (_corpus_summary(c) or {}).get(data.get("train_split", "train"))
+            "extra_corpora": {repo_relative(c): (_corpus_summary(c) or {}).get(data.get("train_split", "train"))
                               for c in data.get("extra_corpora") or ()},
             "command": run.get("command"),
             "train_seconds": summary.get("train_seconds"),
@@ -138,7 +138,7 @@ def _experiment_weights(exp_dir: Path, weights: str) -> tuple[dict[str, torch.Te
     return torch.load(ckpt, map_location="cpu", weights_only=False)["model"], ckpt.name
 
 
-def _repo_relative(path: str | None) -> str | None:
+def repo_relative(path: str | None) -> str | None:
     """A path inside the repository as repository-relative (model cards travel with the repository)."""
     from pasu.settings import REPO_ROOT
 
