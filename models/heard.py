@@ -56,7 +56,7 @@ def hear_training_audio(cloud: Path, corpus: Path, out: Path, options: HearOptio
     with out.open("a") as f:
         for utt, window in tqdm(_windows(recognizer, utterances, done, encoded), desc="hearing train",
                                 total=len(utterances), initial=len(done), unit="utt", dynamic_ncols=True):
-            hypotheses = recognizer._nbest(window)
+            hypotheses = recognizer.nbest_encoded(window)
             row = gold[utt.id]
             f.write(json.dumps({"id": utt.id, **{k: row[k] for k in LABELS},
                                 "texts": [h.text for h in hypotheses[: options.nbest]]}) + "\n")
@@ -79,7 +79,7 @@ def _windows(recognizer: WhisperRecognizer, utterances: list[Utterance], done: s
         if cache is not None:
             yield utt, ctranslate2.StorageView.from_array(np.ascontiguousarray(cache.array[i][None], dtype=np.float32))
         else:
-            yield utt, recognizer._encode(read_audio(utt.audio))
+            yield utt, recognizer.encode(read_audio(utt.audio))
 
 
 def heard_sentences(heard: Path, nbest: int = 1) -> list[Sentence]:

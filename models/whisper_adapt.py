@@ -107,7 +107,7 @@ class EncodedSplit:
         start = self.done()
         for i in tqdm(range(start, len(self.utterances)), desc=desc, initial=start, total=len(self.utterances),
                       unit="utt", dynamic_ncols=True):
-            self.array[i] = np.asarray(recognizer._encode(read_audio(self.utterances[i].audio)), dtype=np.float16)[0]
+            self.array[i] = np.asarray(recognizer.encode(read_audio(self.utterances[i].audio)), dtype=np.float16)[0]
             if (i + 1) % 100 == 0 or i + 1 == len(self.utterances):
                 self.array.flush()
                 self.index_path.write_text(json.dumps({"ids": self.ids, "done": i + 1}))

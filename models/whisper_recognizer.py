@@ -52,7 +52,7 @@ WINDOW_FRAMES = 3000  # ... as 3000 log-mel frames, shorter audio padded
 MAX_TOKENS = 224  # Whisper's own sample_len: half its text context
 NO_SPEECH_PROB = 0.6  # Whisper's no_speech_threshold ...
 SILENT_MEAN_LOGPROB = -1.0  # ... and logprob_threshold
-FORCED_BATCH = 4  # transcripts per forced-decoding call (see WhisperRecognizer._forced)
+FORCED_BATCH = 4  # transcripts per forced-decoding call (see WhisperRecognizer.forced_logprobs_encoded)
 # Alternatives lighter than this are not read by the text pass: on 290 dev utterances at temperature 1 they
 # change no answer, and dropping them leaves 2.5 candidates to read of 11.5 (each costs a sentence encoding)
 MIN_ALTERNATIVE_WEIGHT = 0.01
@@ -276,8 +276,8 @@ class WhisperRecognizer:
 
     def _decode_window(self, window: np.ndarray) -> Hypothesis | None:
         """The best of the beam's hypotheses for up to 30 s of audio; None for a window Whisper calls silent."""
-        encoded = self._encode(window)
-        hypotheses = self._nbest(encoded)
+        encoded = self.encode(window)
+        hypotheses = self.nbest_encoded(encoded)
         if not hypotheses:
             return None
         if self.second is None:
@@ -286,18 +286,18 @@ class WhisperRecognizer:
 
     def nbest(self, window: np.ndarray) -> list[Hypothesis]:
         """Whisper's beam for up to 30 s of audio, in its own order, before any LM; [] for a silent window."""
-        return self._nbest(self._encode(window))
+        return self.nbest_encoded(self.encode(window))
 
     def forced_logprobs(self, window: np.ndarray, texts: list[str]) -> np.ndarray:
         """Whisper's log-probability of each (spoken-form) transcript of up to 30 s of audio."""
-        return self._forced(self._encode(window), texts)
+        return self.forced_logprobs_encoded(self.encode(window), texts)
 
     @functools.cached_property
     def encoder_width(self) -> int:
         """Features per encoder output frame (384 in tiny, 512 in base): one silent window tells."""
-        return int(self._encode(np.zeros(SAMPLE_RATE, dtype=np.float32)).shape[-1])
+        return int(self.encode(np.zeros(SAMPLE_RATE, dtype=np.float32)).shape[-1])
 
-    def _encode(self, window: np.ndarray) -> Any:
+    def encode(self, window: np.ndarray) -> Any:
         """Whisper's encoder output (a CTranslate2 StorageView) for up to 30 s of audio, padded to 30 s."""
         import ctranslate2
 
@@ -306,7 +306,8 @@ class WhisperRecognizer:
         return self.model.model.encode(ctranslate2.StorageView.from_array(
             np.ascontiguousarray(features[None], dtype=np.float32)))
 
-    def _nbest(self, encoded: Any) -> list[Hypothesis]:
+    def nbest_encoded(self, encoded: Any) -> list[Hypothesis]:
+        """Whisper's beam over an `encode` output, in its own order, before any LM; [] for a silent window."""
         [result] = self.model.model.generate(
             encoded, [self.prompt], beam_size=self.weights.beam_size, num_hypotheses=self.weights.beam_size,
             return_scores=True, return_no_speech_prob=True, max_length=MAX_TOKENS)
@@ -318,7 +319,7 @@ class WhisperRecognizer:
             return []
         return hypotheses
 
-    def _forced(self, encoded: Any, texts: list[str]) -> np.ndarray:
+    def forced_logprobs_encoded(self, encoded: Any, texts: list[str]) -> np.ndarray:
         """Sum of log-probabilities of each transcript's tokens (as Whisper writes them: a leading space)."""
         import ctranslate2
 
@@ -344,7 +345,7 @@ class WhisperRecognizer:
         w = self.weights
         opinion = self.second.listen(window)
         texts = self.pool(hypotheses, opinion.texts)
-        whisper = self._forced(encoded, texts)
+        whisper = self.forced_logprobs_encoded(encoded, texts)
         total = w.whisper_weight * whisper + w.second_opinion_weight * self.second.scores(opinion, texts)
         if self.lm is not None:
             total += w.lm_weight * np.array([self.lm.sentence_logprob(t) for t in texts])

@@ -48,8 +48,8 @@ def candidate_scores(cloud: Path, corpus: Path, count: int, lm_path: Path | None
     rows = []
     for utt in tqdm(dev_subset(load_split(corpus, "dev"), count), desc="scoring candidates"):
         window = read_audio(utt.audio)[:WINDOW_SAMPLES]  # dev commands are far shorter than one window
-        encoded = recognizer._encode(window)
-        hypotheses = recognizer._nbest(encoded)
+        encoded = recognizer.encode(window)
+        hypotheses = recognizer.nbest_encoded(encoded)
         if not hypotheses:  # Whisper calls it silence: nothing to fuse
             continue
         opinion = recognizer.second.listen(window)
@@ -62,7 +62,7 @@ def candidate_scores(cloud: Path, corpus: Path, count: int, lm_path: Path | None
             texts = texts + extra
             row["in_pool"] += [False] * len(extra)
             row["third"] = third.scores(heard, texts).tolist()
-        row.update({"candidates": texts, "whisper": recognizer._forced(encoded, texts).tolist(),
+        row.update({"candidates": texts, "whisper": recognizer.forced_logprobs_encoded(encoded, texts).tolist(),
                     "second": recognizer.second.scores(opinion, texts).tolist(),
                     "lm": [lm.sentence_logprob(t) if lm is not None else 0.0 for t in texts],
                     "edits": [word_edits(utt.text, t) for t in texts]})

@@ -82,7 +82,7 @@ def test_the_server_loads_the_adapted_decoder_and_scores_with_it(adapted, monkey
     variables = read_model_file(weights_folder(WhisperWeights()) / "model.bin").variables
     decoder = WhisperDecoder({**variables, **unpack_adaptation(folder / "decoder.npz")})
     audio = read_audio(load_split(corpus, "dev")[0].audio)
-    encoded = np.asarray(recognizer._encode(audio))
+    encoded = np.asarray(recognizer.encode(audio))
     [result] = recognizer.model.model.generate(
         ctranslate2.StorageView.from_array(encoded), [recognizer.prompt], beam_size=1, return_scores=True,
         suppress_tokens=[], suppress_blank=False, length_penalty=0.0, max_length=20)
@@ -107,9 +107,9 @@ def test_the_int8_served_model_is_the_same_from_the_packed_file_as_from_float16(
         config = {"beam_size": 3, "adaptation": "decoder.npz"}  # compute_type int8, as served
         (tmp_path / name / CONFIG_FILE).write_text(yaml.safe_dump(config))
         recognizer = WhisperRecognizer.from_folder(tmp_path / name)
-        encoded = recognizer._encode(read_audio(dev[0].audio))
-        heard.append(([(h.text, h.logprob) for h in recognizer._nbest(encoded)],
-                      recognizer._forced(encoded, [u.text for u in dev]).tolist()))
+        encoded = recognizer.encode(read_audio(dev[0].audio))
+        heard.append(([(h.text, h.logprob) for h in recognizer.nbest_encoded(encoded)],
+                      recognizer.forced_logprobs_encoded(encoded, [u.text for u in dev]).tolist()))
     assert heard[0] == heard[1]
 
 

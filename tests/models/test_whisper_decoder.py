@@ -25,7 +25,7 @@ def greedy_matches_pytorch(recognizer: WhisperRecognizer, decoder: WhisperDecode
     """(CTranslate2's greedy log-probability of its transcript, PyTorch's teacher-forced one of the same tokens)."""
     import ctranslate2
 
-    encoded = np.asarray(recognizer._encode(audio))
+    encoded = np.asarray(recognizer.encode(audio))
     [result] = recognizer.model.model.generate(
         ctranslate2.StorageView.from_array(encoded), [recognizer.prompt], beam_size=1, return_scores=True,
         suppress_tokens=[], suppress_blank=False, length_penalty=0.0)  # no suppression: a plain softmax

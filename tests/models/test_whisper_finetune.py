@@ -84,4 +84,4 @@ def test_finetuning_lowers_the_dev_loss_and_the_server_runs_what_it_wrote(packed
     features = np.pad(recognizer.model.feature_extractor(audio), ((0, 0), (0, WINDOW_FRAMES)))[None, :, :WINDOW_FRAMES]
     with torch.no_grad():
         ours = encoder(torch.from_numpy(features)).numpy()
-    np.testing.assert_allclose(np.asarray(recognizer._encode(audio)), ours, atol=2e-2)
+    np.testing.assert_allclose(np.asarray(recognizer.encode(audio)), ours, atol=2e-2)
