@@ -46,7 +46,7 @@ from espnet2.lm.seq_rnn_lm import SequentialRNNLM
 from pasu.config import from_dict
 from pasu.models.checkpoints import atomic_save, count_parameters, restore_checkpoint, save_checkpoint
 from pasu.models.data import load_split
-from pasu.models.package import TOKENIZER_FILE, WEIGHTS_FILE, repo_relative, half_state_dict
+from pasu.models.package import TOKENIZER_FILE, WEIGHTS_FILE, half_state_dict, repo_relative
 from pasu.models.tokenizer import Tokenizer
 from pasu.models.train import OptimOptions, learning_rate
 from pasu.torch_threads import set_training_threads

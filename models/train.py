@@ -330,9 +330,6 @@ def _aligned_results(utterances: Sequence[Utterance], hyps: dict[str, str]) -> t
     return refs, outs
 
 
-# --- Checkpoints and averaging ----------------------------------------------------------------------
-
-
 # --- Training -----------------------------------------------------------------------------------
 
 
@@ -824,4 +821,3 @@ class _Loop:
         (self.exp_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         print(f"trained {result.steps} steps; {result.seconds_per_step:.3f} s/step "
               f"({self.config.train.num_threads} threads); averaged -> {result.averaged}")
-
