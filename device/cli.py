@@ -144,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
     from pasu.device.agent import DeviceAgent, play_realtime, replay, use_lm_of
     from pasu.device.audio import AudioError, load_audio
     from pasu.device.offramp_train import load_device_model
+    from pasu.torch_threads import set_torch_threads
 
     try:
         config = config_from_args(args)
@@ -154,8 +155,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: no model folder at {args.model} (train one with `pasu train` + `pasu package`)",
               file=sys.stderr)
         return 2
-    model = load_device_model(args.model)  # with its intent reader, when `pasu offramp train` left one
     options = config.agent
+    set_torch_threads(options.threads)
+    model = load_device_model(args.model)  # with its intent reader, when `pasu offramp train` left one
     try:
         use_lm_of(model, options)
     except (OSError, ValueError) as error:

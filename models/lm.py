@@ -49,7 +49,7 @@ from pasu.models.data import load_split
 from pasu.models.package import TOKENIZER_FILE, WEIGHTS_FILE, half_state_dict, repo_relative
 from pasu.models.tokenizer import Tokenizer
 from pasu.models.train import OptimOptions, learning_rate
-from pasu.torch_threads import set_training_threads
+from pasu.torch_threads import set_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ def train_lm(
            "dev_sentences": len(dev_seqs), "dev_tokens": sum(map(len, dev_seqs))}
     (exp_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 
-    set_training_threads(opts.num_threads)
+    set_torch_threads(opts.num_threads)
     torch.manual_seed(opts.seed)
     model = build_lm(tokenizer.vocab_size, config.lm)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.optim.lr, betas=config.optim.betas,

@@ -69,7 +69,7 @@ from pasu.models.data import (
 from pasu.models.package import AVERAGED_WEIGHTS
 from pasu.models.targets import decode_target, target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
-from pasu.torch_threads import set_training_threads
+from pasu.torch_threads import set_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +372,7 @@ def train(
     if opts.init_new_decoder_layers_identity and not opts.init_partial:
         raise ValueError("train.init_new_decoder_layers_identity needs train.init_partial=true: without it the "
                          "package's own architecture is kept and no decoder layer is new")
-    set_training_threads(opts.num_threads)
+    set_torch_threads(opts.num_threads)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
     random.seed(opts.seed)

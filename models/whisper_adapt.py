@@ -34,7 +34,7 @@ from pasu.models.data import Utterance, load_split, read_audio
 from pasu.models.train import OptimOptions, learning_rate
 from pasu.models.whisper_decoder import WhisperDecoder, pack_adaptation, token_logprobs
 from pasu.models.whisper_recognizer import WhisperRecognizer, load_model, read_weights, weights_folder
-from pasu.torch_threads import set_training_threads
+from pasu.torch_threads import set_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class EncodedSplit:
 
 def adapt(folder: Path, corpus: Path, exp_dir: Path, out: Path, options: AdaptOptions = AdaptOptions()) -> Path:
     """Encode, train, and write the adapted decoder variables of the Whisper model folder `folder` to `out`."""
-    set_training_threads(options.threads)
+    set_torch_threads(options.threads)
     torch.manual_seed(options.seed)  # the batch order (a resumed run restores its RNG from the checkpoint)
     exp_dir.mkdir(parents=True, exist_ok=True)
     weights = dataclasses.replace(read_weights(folder), adaptation="")  # always adapt the original

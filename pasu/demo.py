@@ -67,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pasu.device.agent import AgentOptions
     from pasu.device.offramp_train import load_device_model
+    from pasu.torch_threads import set_torch_threads
     from pasu.models.recognizer import is_model_folder
 
     options = DemoOptions(utterances=args.utterances, policy=args.policy, threshold=args.threshold,
@@ -79,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     cloud_model = args.cloud_model if is_model_folder(args.cloud_model) else args.model
     if cloud_model != args.cloud_model:
         print(f"note: no cloud model at {args.cloud_model}; the cloud serves the device model", file=sys.stderr)
+    set_torch_threads(AgentOptions().threads)  # the agent's own setting, as `pasu device run` applies it
     model = load_device_model(args.model)
     try:
         policy = demo_policy(model, args.model, options)

@@ -1,4 +1,4 @@
-"""Torch's thread counts: for a training run, and in threads we start ourselves.
+"""Torch's thread counts: for a process (a training run, the device agent), and in threads we start ourselves.
 
 `torch.set_num_threads` stores the count for ATen, but OpenMP keeps its own count per OS thread: a thread
 started later runs its BLAS and oneDNN calls with OpenMP's default, every core. On the 2-core device that
@@ -16,8 +16,8 @@ def adopt_torch_threads() -> None:
     torch.set_num_threads(torch.get_num_threads())
 
 
-def set_training_threads(n: int) -> None:
-    """`n` threads for a training run's operators and one for inter-op work (settable only before any)."""
+def set_torch_threads(n: int) -> None:
+    """`n` threads for the process's operators and one for inter-op work (settable only before any)."""
     torch.set_num_threads(n)
     try:
         torch.set_num_interop_threads(1)  # only allowed before any parallel work: fine to miss on resume

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pasu.torch_threads import adopt_torch_threads, set_training_threads
+from pasu.torch_threads import adopt_torch_threads, set_torch_threads
 
 
 def _openmp_max_threads() -> ctypes._CFuncPtr:
@@ -48,11 +48,11 @@ def test_a_new_thread_adopts_the_process_torch_thread_count():
         torch.set_num_threads(before)
 
 
-def test_set_training_threads_sets_the_count_and_survives_a_second_call():
+def test_set_torch_threads_sets_the_count_and_survives_a_second_call():
     before = torch.get_num_threads()
     try:
-        set_training_threads(1)
-        set_training_threads(1)  # resuming in the same process: inter-op threads can no longer change
+        set_torch_threads(1)
+        set_torch_threads(1)  # resuming in the same process: inter-op threads can no longer change
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pasu.cli import build_parser
 from pasu.device.cli import DEFAULT_CONFIG, config_from_args
@@ -67,7 +68,8 @@ def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_su
     model = cloud_support.write_model_folder(tmp_path / "model")
     soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
     (tmp_path / "agent.yaml").write_text(  # nothing listens on port 9: every offload falls back
-        "agent: {cloud_deadline_s: 0.3, pilot: {enabled: false}}\nrouting: {cloud: ['127.0.0.1:9'], policy: all}\n")
+        "agent: {cloud_deadline_s: 0.3, pilot: {enabled: false}, threads: 2}\n"
+        "routing: {cloud: ['127.0.0.1:9'], policy: all}\n")
     command = ["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
                "--config", str(tmp_path / "agent.yaml"), "--json"]
 
@@ -78,6 +80,7 @@ def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_su
 
     result = run()
     assert (result["route"], result["pilots"]) == ("fallback", 0)
+    assert torch.get_num_threads() == 2  # agent.threads (the suite runs with one; conftest restores it)
     result = run("--pilots", "--policy", "on-device")
     assert result["route"] == "local" and result["pilots"] > 0
 
