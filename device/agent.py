@@ -73,9 +73,9 @@ class AgentOptions:
     final_search: SearchOptions = SearchOptions(beam_size=5, ctc_weight=0.3, stop_when_decided=True)
     cloud_deadline_s: float = 2.0  # budget of one offload, retries included; then the local result is used
     lm: str = ""  # a `pasu lm train` folder fused into the searches with lm_weight > 0 (use_lm_of); "": none
-    # torch threads of the agent's process, set by `pasu device run` and `pasu demo`. One: on the 2-core board the
-    # ingestion and the searches each run alone, and at real-time pace two threads per operator made answers
-    # 1.7x slower (40 `test` utterances, `pasu bench local --check-clock 40 --threads 2` vs `--threads 1`: mean
+    # torch threads of the agent's process, set by `pasu device run` and `pasu demo`. One, as the benchmarks
+    # measure: on a 2-core board a second thread per operator waits on the core ingestion uses, and at real-time
+    # pace made answers 1.7x slower (40 `test` utterances, `pasu bench local --check-clock 40 --threads 2` vs `--threads 1`: mean
     # 117 vs 68 ms after end of speech)
     threads: int = 1
 

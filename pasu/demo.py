@@ -69,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from pasu.device.agent import AgentOptions
     from pasu.device.offramp_train import load_device_model
-    from pasu.torch_threads import set_torch_threads
     from pasu.models.recognizer import is_model_folder
+    from pasu.torch_threads import set_torch_threads
 
     options = DemoOptions(utterances=args.utterances, policy=args.policy, threshold=args.threshold,
                           realtime=not args.fast)
