@@ -75,8 +75,8 @@ class AgentOptions:
     lm: str = ""  # a `pasu lm train` folder fused into the searches with lm_weight > 0 (use_lm_of); "": none
     # torch threads of the agent's process, set by `pasu device run` and `pasu demo`. One, as the benchmarks
     # measure: on a 2-core board a second thread per operator waits on the core ingestion uses, and at real-time
-    # pace made answers 1.7x slower (40 `test` utterances, `pasu bench local --check-clock 40 --threads 2` vs `--threads 1`: mean
-    # 117 vs 68 ms after end of speech)
+    # pace made answers 1.7x slower (40 `test` utterances, `pasu bench local --check-clock 40 --threads 2` vs
+    # `--threads 1`: mean 117 vs 68 ms after end of speech)
     threads: int = 1
 
 
