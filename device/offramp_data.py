@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 from pasu.device.agent import AgentOptions, replay
-from pasu.files import write_text_atomic
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.routing import Decision
 from pasu.device.runtime import DeviceModel
+from pasu.files import write_text_atomic
 from pasu.models.data import Utterance, read_audio
 
 from pasu.metrics import SluResult, utterance_wer, word_edits

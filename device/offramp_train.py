@@ -33,8 +33,8 @@ from pasu.device.intent_offramp import IntentErrorModel, IntentEvidence, IntentM
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions
-from pasu.models.checkpoints import count_parameters
 from pasu.device.routing import EitherPolicy, PerplexityOfframp, weigh_by_length
+from pasu.models.checkpoints import count_parameters
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
 

@@ -35,6 +35,7 @@ from pasu.bench.hybrid_eval import (
     target_checks,
 )
 from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
+from pasu.files import write_text_atomic
 
 if TYPE_CHECKING:
     from pasu.device.routing import Offramp
@@ -178,8 +179,6 @@ def offload_key(cloud_model: Path, samples: list, profile: str, encoding: str, d
 
 def save_offloads(path: Path, key: dict[str, Any], proxy: dict[str, Any], calls: list[CloudCall]) -> None:
     """JSONL: a header with the key and the proxy's settings and counters, then one round trip per utterance."""
-    from pasu.files import write_text_atomic
-
     lines = [json.dumps({"key": key, "proxy": proxy})] + [json.dumps(asdict(c)) for c in calls]
     write_text_atomic(path, "\n".join(lines) + "\n")
 
