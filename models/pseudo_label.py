@@ -5,7 +5,7 @@ speech models never heard them. The text pass (88% intent accuracy on gold trans
 confident answers are kept. Slots come from the same pass's slot tagger (SLU-F1 78% on gold transcripts), or stay
 unknown (`SLOTS_UNKNOWN` in the target, `models/targets.py`). Unknown slots invent no markup but cost the device
 model slot skill: after 1,700 steps on a fifth of its batches with them, SLU-F1 on 200 dev utterances fell 1.9 points
-while WER fell 1.0 (device card).
+while WER fell 1.0 (the device's training log).
 """
 
 from __future__ import annotations
