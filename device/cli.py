@@ -85,11 +85,15 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--threshold", type=float, default=None,
                      help="the word check's score x speech seconds above which ppl, bilstm and their +intent "
                           "policies offload: the last pilot's perplexity, or the BiLSTM's P(local WER > 0.1) "
-                          "(routing.threshold; default: the model's calibrated Offload-M, MODEL/offramp)")
+                          "(routing.threshold; default: the model's, calibrated at --level, MODEL/offramp)")
     run.add_argument("--intent-threshold", type=float, default=None,
                      help="the intent check's P(the device's intent is wrong) for the last pilot (not weighed by "
                           "length) above which intent and the +intent policies offload (routing.intent_threshold; "
-                          "default: the model's calibrated Offload-M)")
+                          "default: the model's, calibrated at --level)")
+    run.add_argument("--level", choices=("L", "M", "H"), default=None,
+                     help="the calibrated operating point for the thresholds not given: the paper's Offload-L, -M "
+                          "or -H, which offloaded 25%%, 47%% or 63%% of the model's dev calibration utterances "
+                          "(routing.level; default M)")
     run.add_argument("--lm", default=None,
                      help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
     run.add_argument("--lm-weight", type=float, default=None,
@@ -121,7 +125,8 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     pilot = replace(config.agent.pilot, **given(enabled=args.pilots, interval_seconds=args.tau))
     cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
     routing = replace(config.routing, **given(cloud=cloud, policy=args.policy, threshold=args.threshold,
-                                              intent_threshold=args.intent_threshold, encoding=args.encoding,
+                                              intent_threshold=args.intent_threshold, level=args.level,
+                                              encoding=args.encoding,
                                               tls=_tls(args, config.routing.tls)))
     final_search = replace(config.agent.final_search, **given(lm_weight=args.lm_weight))
     agent = replace(config.agent, pilot=pilot, final_search=final_search, **given(lm=args.lm))

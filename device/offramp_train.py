@@ -299,7 +299,7 @@ def intent_offramp(model: DeviceModel, folder: str | Path, errors: IntentErrorMo
 
 def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path) -> Policy:
     """`routing`'s policy for a model from `load_device_model` whose offramps are in `folder` (MODEL/offramp):
-    thresholds left unset at the calibrated Offload-M (`calibrated_routing`); the policies with the intent check
+    thresholds left unset at its calibrated `level` (`calibrated_routing`); the policies with the intent check
     read the model's intent reader, the bilstm ones its BiLSTM (FileNotFoundError without them)."""
     routing = calibrated_routing(routing, folder)
     bilstm = BiLstmOfframp.load(folder) if routing.word_check == "bilstm" else None
@@ -307,8 +307,9 @@ def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path
 
 
 def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOptions:
-    """`routing` with each threshold it leaves unset (None) at the Offload-M that `pasu offramp train` calibrated
-    for its policy in `folder`; as it is where nothing was calibrated (the policy then names what is missing).
+    """`routing` with each threshold it leaves unset (None) at the level (Offload-L/M/H, `routing.level`) that
+    `pasu offramp train` calibrated for its policy in `folder`; as it is where nothing was calibrated (the policy
+    then names what is missing).
 
     Thresholds belong to the model: each retrained model moves them, so the agent reads them from its model
     rather than from a number in its config that the next training run would make stale."""
@@ -320,9 +321,9 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
         return routing
     pair = routing.policy.replace("+", "_")  # ppl+intent -> the report's ppl_intent
     if "+" in routing.policy and pair in report:
-        parts = either_thresholds(report, pair, "M")  # the pair that offloads Offload-M's share together
-    else:  # one check, or a report without the combined one: each part at its own Offload-M
-        parts = {name: threshold(report, name, "M") for name in routing.policy.split("+") if name in report}
+        parts = either_thresholds(report, pair, routing.level)  # the pair that offloads the level's share together
+    else:  # one check, or a report without the combined one: each part at its own level
+        parts = {name: threshold(report, name, routing.level) for name in routing.policy.split("+") if name in report}
     calibrated = {"threshold": parts.get(routing.word_check), "intent_threshold": parts.get("intent")}
     return replace(routing, **{name: calibrated[name] for name in routing.unset_thresholds
                                if calibrated[name] is not None})

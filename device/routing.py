@@ -165,6 +165,7 @@ def intent_policy(offramp: Offramp, threshold: float, name: str = "Ours-Intent")
 
 
 PolicyName = Literal["on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent"]
+OffloadLevel = Literal["L", "M", "H"]  # the paper's Offload-L / -M / -H (calibration.OFFLOAD_LEVELS)
 WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM"}  # the offramps a policy may read for word errors
 
 
@@ -180,12 +181,15 @@ class RoutingOptions:
     policy: PolicyName = "ppl+intent"
     # the word check's score times the speech's seconds above which the utterance is offloaded: the last pilot's
     # perplexity (ppl, ppl+intent) or the BiLSTM's P(local WER > 0.1) (bilstm, bilstm+intent); None: the model's
-    # calibrated Offload-M for the policy (`calibrated_routing`, MODEL/offramp)
+    # threshold calibrated for the policy at `level` (`calibrated_routing`, MODEL/offramp)
     threshold: float | None = None
     # intent and the +intent policies: the intent offramp's P(the device's intent is wrong) for the last pilot
     # (intent_offramp.IntentOfframp; not weighed by length) above which the utterance is offloaded; None: the
-    # model's calibrated Offload-M, as above
+    # model's threshold calibrated at `level`, as above
     intent_threshold: float | None = None
+    # the calibrated operating point that the thresholds left None take: the paper's Offload-L, -M or -H, where
+    # the policy offloaded 25%, 47% or 63% of the model's dev calibration utterances
+    level: OffloadLevel = "M"
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
     # TLS towards the cloud, mutual when the client certificate and key are given; None: plaintext
     tls: ClientTls | None = None

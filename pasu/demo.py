@@ -40,9 +40,10 @@ class DemoOptions:
     # without the intent check (MODEL/offramp: its reader and intent_errors.json) falls back to ppl
     policy: str = "ppl+intent"
     # the perplexity's score times the speech's seconds above which the device offloads (routing.threshold; for
-    # "intent", routing.intent_threshold); None: the model's calibrated Offload-M (MODEL/offramp/offramp.json,
+    # "intent", routing.intent_threshold); None: the model's, calibrated at `level` (MODEL/offramp/offramp.json,
     # `pasu offramp train`); a model without one needs it
     threshold: float | None = None
+    level: str = "M"  # the calibrated operating point (routing.level): Offload-L, -M or -H
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     seed: int = 0  # noise
 
@@ -60,7 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"offramp deciding what goes to the cloud (default {DemoOptions.policy})")
     p.add_argument("--threshold", type=float, default=DemoOptions.threshold,
                    help="offload threshold in the offramp's units, for ppl+intent its perplexity's (default: the "
-                        "model's calibrated Offload-M)")
+                        "model's, calibrated at --level)")
+    p.add_argument("--level", choices=("L", "M", "H"), default=DemoOptions.level,
+                   help="the calibrated operating point: Offload-L, -M or -H, which offloaded 25%%, 47%% or 63%% of "
+                        f"the model's dev calibration utterances (default {DemoOptions.level})")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)
@@ -73,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     from pasu.torch_threads import set_torch_threads
 
     options = DemoOptions(utterances=args.utterances, policy=args.policy, threshold=args.threshold,
-                          realtime=not args.fast)
+                          level=args.level, realtime=not args.fast)
     for folder in (args.model,):
         if not (folder / "config.yaml").is_file():
             print(f"error: no model at {folder}", file=sys.stderr)
@@ -180,13 +184,13 @@ def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> 
 
 # ---- the device ------------------------------------------------------------------------------------------
 def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Policy:
-    """The policy the demo plays: `options.policy` at its threshold (default: the model's calibrated Offload-M);
+    """The policy the demo plays: `options.policy` at its threshold (default: the model's, at `options.level`);
     perplexity when the model has no intent check (its reader and model, MODEL/offramp)."""
     from pasu.device.offramp_train import OFFRAMP_DIR, model_policy
     from pasu.device.routing import RoutingOptions
 
     def policy(offramp: str) -> Policy:
-        routing = RoutingOptions(policy=offramp)
+        routing = RoutingOptions(policy=offramp, level=options.level)
         if options.threshold is not None:
             routing = routing.with_policy_threshold(options.threshold)
         return model_policy(routing, model, model_dir / OFFRAMP_DIR)

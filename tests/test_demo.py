@@ -29,6 +29,7 @@ def test_the_demo_plays_the_intent_check_when_the_model_has_its_reader(tmp_path,
     without_reader = demo_policy(model, tmp_path, DemoOptions())
     assert isinstance(without_reader.offramp, PerplexityOfframp)  # no intent reader: perplexity, at its Offload-M
     assert without_reader.threshold == 3.0 and "no intent check" in capsys.readouterr().err
+    assert demo_policy(model, tmp_path, DemoOptions(policy="ppl", level="L")).threshold == 4.0
     reader = IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],
                               ReaderOptions(min_df=1))
     reader.save(tmp_path / "offramp")

@@ -144,19 +144,24 @@ def test_thresholds_default_to_the_models_calibration(parser, tmp_path, capsys, 
 
     model = cloud_support.write_model_folder(tmp_path / "model")
     soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
-    args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
-                              "--cloud", "127.0.0.1:9", "--policy", "ppl", "--no-pilots", "--json"])
+    command = ["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
+               "--cloud", "127.0.0.1:9", "--policy", "ppl", "--no-pilots", "--json"]
+    args = parser.parse_args(command)
     assert args.run(args) == 2  # not calibrated, no --threshold: nothing to compare the perplexity with
     assert "routing.threshold" in capsys.readouterr().err
 
-    def route(offload_m: float) -> str:
+    def route(levels: tuple[float, float, float], *flags: str) -> str:
+        """The route with Offload-L/M/H calibrated at these perplexity thresholds."""
         (model / "offramp").mkdir(exist_ok=True)
-        report = {"calibration_version": CALIBRATION_VERSION, "ppl": cloud_support.offramp_levels(9e9, offload_m, 0)}
+        report = {"calibration_version": CALIBRATION_VERSION, "ppl": cloud_support.offramp_levels(*levels)}
         (model / "offramp" / "offramp.json").write_text(json.dumps(report))
+        args = parser.parse_args([*command, *flags])
         assert args.run(args) == 0  # nothing listens on port 9: an offload falls back
         return json.loads(capsys.readouterr().out)["route"]
 
-    assert (route(-1.0), route(9e9)) == ("fallback", "local")
+    assert (route((9e9, -1.0, 9e9)), route((-1.0, 9e9, -1.0))) == ("fallback", "local")  # Offload-M by default
+    assert (route((9e9, -1.0, 9e9), "--level", "L"), route((9e9, -1.0, 9e9), "--level", "H")) == ("local", "local")
+    assert route((-1.0, 9e9, 9e9), "--level", "L") == "fallback"
 
 
 def test_lm_flags(parser):

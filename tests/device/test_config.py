@@ -33,6 +33,7 @@ def test_a_partial_file_keeps_every_other_default(tmp_path):
     ({"agent": {"final_search": {"beam": 4}}}, r"agent.final_search: unknown keys \['beam'\]"),
     ({"agent": {"decoder": "espnet"}}, r"agent.decoder: 'espnet' is not one of"),
     ({"routing": {"policy": "always"}}, r"routing.policy: 'always' is not one of"),
+    ({"routing": {"level": "medium"}}, r"routing.level: 'medium' is not one of"),
     ({"routing": {"cloud": "host:1"}}, r"routing.cloud: expected a list"),
     ({"agent": {"pilot": {"interval_seconds": "1s"}}}, r"agent.pilot.interval_seconds: expected float"),
 ])

@@ -229,6 +229,19 @@ def test_unset_thresholds_are_the_models_calibrated_offload_m(tmp_path):
     assert (pair.threshold, pair.intent_threshold) == (1.4 * 0.6, 1.4 * 0.3)
 
 
+def test_the_level_picks_the_calibrated_operating_point(tmp_path):
+    """routing.level: the thresholds left unset take Offload-L's or -H's instead of -M's, for a pair too."""
+    report = {"calibration_version": CALIBRATION_VERSION, "ppl": support.offramp_levels(2.5, 1.9, 1.6),
+              "intent": support.offramp_levels(0.7, 0.3, 0.1),
+              "ppl_intent": {"scales": {"ppl": 1.9, "intent": 0.3}, **support.offramp_levels(3.0, 1.5, 1.1)}}
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    assert calibrated_routing(RoutingOptions(policy="ppl", level="L"), tmp_path).threshold == 2.5
+    assert calibrated_routing(RoutingOptions(policy="intent", level="H"), tmp_path).intent_threshold == 0.1
+    pair = calibrated_routing(RoutingOptions(level="H"), tmp_path)
+    assert (pair.threshold, pair.intent_threshold) == (1.1 * 1.9, 1.1 * 0.3)
+    assert calibrated_routing(RoutingOptions(policy="ppl", threshold=4.0, level="L"), tmp_path).threshold == 4.0
+
+
 def test_an_uncalibrated_model_needs_its_thresholds_set(tmp_path):
     routing = calibrated_routing(RoutingOptions(policy="ppl"), tmp_path)  # no offramp.json
     with pytest.raises(ValueError, match="routing.threshold"):
