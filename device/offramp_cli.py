@@ -1,5 +1,5 @@
 """`pasu offramp train`: replay a packaged device model on dev, fit the BiLSTM offramp and the intent reader,
-calibrate the offramps."""
+calibrate the offramps; `pasu offramp show`: what a model's calibration says."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent")
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("offramp", help="train and calibrate the device's offloading offramps",
                             description="Offramps decide at end of speech whether the device offloads.",
-                            epilog="Example: pasu offramp train models/shipped/device --limit 150")
+                            epilog="Examples:\n  pasu offramp train models/shipped/device --limit 150\n"
+                                   "  pasu offramp show models/shipped/device",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="offramp_command", metavar="COMMAND", required=True)
     train = commands.add_parser(
         "train", help="fit the BiLSTM and CNN offramps on dev replays and calibrate PPL, BiLSTM, CNN and intent "
@@ -73,6 +75,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "paper's label); wer, the local WER itself (clipped to 1) as a soft label")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
+    show = commands.add_parser(
+        "show", help="print a model's calibration: each offramp's thresholds at Offload-L/M/H, Table 5",
+        description="Prints what `pasu offramp train` calibrated for a device model: each offramp's ranking quality,\n"
+                    "its thresholds at Offload-L/M/H (what `pasu device run --level` picks) with the share offloaded\n"
+                    "and the WER reached on the calibration utterances, and, where the cloud decoded them, the\n"
+                    "offload each ranking needs for each WER target against NaiveHybrid's.",
+        epilog="Example: pasu offramp show models/shipped/device",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    show.add_argument("model", type=Path, help="packaged device model folder, or an offramp folder itself")
+    show.set_defaults(run=run_show)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -118,14 +130,34 @@ def run_train(args: argparse.Namespace) -> int:
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     trained.save(out)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
-    answers = report["answers"]
-    print(f"intent accuracy of the device's answers on {answers['utterances']} replays: {answers['answers']:.1%} "
-          f"with the intent reader, {answers['decoder']:.1%} the decoder's alone")
+    print_report(report)
+    print(f"wrote {out}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from pasu.device.offramp_train import OFFRAMP_DIR, load_thresholds
+
+    folder = args.model if (args.model / "offramp.json").is_file() else args.model / OFFRAMP_DIR
+    try:
+        report = load_thresholds(folder)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{folder}: calibrated on {report.get('utterances', '?')} {report.get('split', '?')} utterances of "
+          f"{report.get('model', '?')}, cloud {report.get('cloud_model') or 'none'}")
+    print_report(report)
+    return 0
+
+
+def print_report(report: dict) -> None:
+    """The device's intent accuracy on the replays, each offramp's thresholds and, with a cloud, Table 5."""
+    if answers := report.get("answers"):
+        print(f"intent accuracy of the device's answers on {answers['utterances']} replays: "
+              f"{answers['answers']:.1%} with the intent reader, {answers['decoder']:.1%} the decoder's alone")
     print("\n".join(threshold_lines(report)))
     if "yardsticks" in report:
         print("\n".join(wer_target_table(report)))
-    print(f"wrote {out}")
-    return 0
 
 
 def threshold_lines(report: dict) -> list[str]:
@@ -135,17 +167,26 @@ def threshold_lines(report: dict) -> list[str]:
 
     lines = []
     for name in (n for n in OFFRAMPS if n in report):
-        lines.append(f"{name}: {json.dumps(report[name]['selectivity'])}")
+        lines.append(f"{name}: {_selectivity(report[name]['selectivity'])}")
         if "selectivity_intent" in report[name]:  # the intent check, of the device's intent errors
-            lines.append(f"  of intent errors: {json.dumps(report[name]['selectivity_intent'])}")
+            lines.append(f"  of intent errors: {_selectivity(report[name]['selectivity_intent'])}")
         for level, cal in report[name]["levels"].items():
             parts = ""
             if "scales" in report[name]:
                 pairs = either_thresholds(report, name, level).items()
                 parts = " (" + " or ".join(f"{part} > {t:.4g}" for part, t in pairs) + ")"
+            wer = f", WER {cal['wer']:.1%}" if cal.get("wer") is not None else ""
             lines.append(f"  Offload-{level}: threshold {cal['threshold']:.4g}{parts} -> "
-                         f"offload {cal['offload_ratio']:.1%}")
+                         f"offload {cal['offload_ratio']:.1%}{wer}")
     return lines
+
+
+def _selectivity(scores: dict) -> str:
+    """How well an offramp's scores rank the label (calibration.selectivity) in words."""
+    if scores["roc_auc"] is None:  # no utterances, or all of one class: nothing to rank
+        return "not measurable (one class only)"
+    return (f"ROC AUC {scores['roc_auc']:.3f}, average precision {scores['average_precision']:.3f} "
+            f"({scores['positives']:.1%} positive)")
 
 
 def wer_target_table(report: dict) -> list[str]:

@@ -51,8 +51,9 @@ def test_the_wer_target_table_shows_each_ranking_against_naive_hybrid():
 
 def test_a_combined_offramps_thresholds_are_also_printed_as_its_parts():
     level = {"threshold": 1.5, "offload_ratio": 0.47}
-    report = {"ppl": {"selectivity": {"roc_auc": 0.7}, "levels": {"M": {"threshold": 3.0, "offload_ratio": 0.47}}},
-              "ppl_intent": {"selectivity": {"roc_auc": 0.72}, "levels": {"M": level},
+    ranks = {"roc_auc": 0.7, "average_precision": 0.8, "positives": 0.6}
+    report = {"ppl": {"selectivity": ranks, "levels": {"M": {"threshold": 3.0, "offload_ratio": 0.47}}},
+              "ppl_intent": {"selectivity": ranks, "levels": {"M": level},
                              "scales": {"ppl": 3.0, "intent": 0.25}}}
     lines = threshold_lines(report)
     assert lines[1] == "  Offload-M: threshold 3 -> offload 47.0%"
@@ -143,3 +144,29 @@ def test_the_label_choices_are_the_training_options():
     from pasu.device.offramp_cli import LABELS
 
     assert LABELS == offramp_net.LABELS
+
+
+def test_offramp_show_prints_a_models_calibration(tmp_path, capsys):
+    """`pasu offramp show`: the levels `pasu device run --level` picks, read back from offramp.json."""
+    from pasu.cli import build_parser
+    from pasu.device.offramp_train import CALIBRATION_VERSION
+
+    parser = build_parser()
+    args = parser.parse_args(["offramp", "show", str(tmp_path)])
+    assert args.run(args) == 2 and "pasu offramp train" in capsys.readouterr().err  # nothing calibrated yet
+    levels = {level: {"threshold": t, "offload_ratio": r, "wer": w}
+              for level, t, r, w in (("L", 4.0, 0.25, 0.2), ("M", 3.0, 0.47, 0.15), ("H", 2.0, 0.63, 0.12))}
+    report = {"calibration_version": CALIBRATION_VERSION, "utterances": 30, "split": "dev", "model": "m",
+              "ppl": {"selectivity": {"roc_auc": 0.75, "average_precision": 0.8, "positives": 0.6}, "levels": levels},
+              "intent": {"selectivity": {"roc_auc": None, "average_precision": None, "positives": 0.0},
+                         "levels": levels}}
+    (tmp_path / "offramp").mkdir()
+    (tmp_path / "offramp" / "offramp.json").write_text(json.dumps(report))
+    assert args.run(args) == 0  # a model folder: its offramp/ is read
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("calibrated on 30 dev utterances of m, cloud none")
+    assert lines[1] == "ppl: ROC AUC 0.750, average precision 0.800 (60.0% positive)"
+    assert lines[3] == "  Offload-M: threshold 3 -> offload 47.0%, WER 15.0%"
+    assert lines[5] == "intent: not measurable (one class only)"
+    args = parser.parse_args(["offramp", "show", str(tmp_path / "offramp")])  # the offramp folder itself
+    assert args.run(args) == 0 and capsys.readouterr().out.splitlines()[1:] == lines[1:]
