@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -37,27 +38,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _QuietEspnet2Modules(logging.Filter):
+    """Drops the INFO and DEBUG records of ESPnet's espnet2 modules, which log through the root logger
+    (`logging.info`, e.g. "Gradient checkpoint layers: []" for every model built), so no logger level reaches them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or f"{os.sep}espnet2{os.sep}" not in record.pathname
+
+
+_QUIET_ESPNET2 = _QuietEspnet2Modules()
+
+
 def configure_logging(verbose: bool) -> None:
     """INFO (DEBUG with -v) on stderr for every command."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # ESPnet's beam search logs every best hypothesis at INFO: that is user speech, which stays out of the
-    # logs unless debug logging is asked for (-v).
+    # logs unless debug logging is asked for (-v); so does the chatter of building its models.
     logging.getLogger("espnet").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    root = logging.getLogger()
+    root.removeFilter(_QUIET_ESPNET2)
+    if not verbose:
+        root.addFilter(_QUIET_ESPNET2)
 
 
-def _quiet_espnet_import() -> None:
-    """ESPnet prints a flash-attention notice on stdout when imported; stdout is for results (--json)."""
+def _quiet_espnet_import() -> str:
+    """Import ESPnet, returning what it printed: "Failed to import Flash Attention" goes to stdout, which is for
+    results (--json), and on a CPU, where flash attention never runs, the notice only reads like an error."""
     import contextlib
+    import io
 
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(io.StringIO()) as notice:
         import espnet.nets.pytorch_backend.transformer.attention  # noqa: F401
+    return notice.getvalue().strip()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _quiet_espnet_import()
+    notice = _quiet_espnet_import()
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
+    if notice:
+        logging.getLogger(__name__).debug("importing ESPnet: %s", notice)  # shown with -v
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

@@ -27,6 +27,25 @@ def test_decoded_hypotheses_stay_out_of_info_logs(espnet_level):
     assert beam_search.isEnabledFor(logging.INFO)
 
 
+def test_espnet2s_model_building_notes_stay_out_of_info_logs(espnet_level):
+    """espnet2 logs through the root logger ("Gradient checkpoint layers: []" for every model built)."""
+    import os
+
+    def passes(level: int, module: str) -> bool:
+        path = os.path.join("site-packages", *module.split("/"))
+        return bool(logging.getLogger().filter(logging.LogRecord("root", level, path, 1, "note", None, None)))
+
+    try:
+        configure_logging(verbose=False)
+        assert not passes(logging.INFO, "espnet2/asr/decoder/transformer_decoder.py")
+        assert passes(logging.WARNING, "espnet2/asr/decoder/transformer_decoder.py")
+        assert passes(logging.INFO, "pasu/device/agent.py")  # ours stay
+        configure_logging(verbose=True)
+        assert passes(logging.INFO, "espnet2/asr/decoder/transformer_decoder.py")
+    finally:
+        configure_logging(verbose=False)
+
+
 # --- Help: every command says what it does and shows how --------------------------------------------------
 
 
