@@ -7,8 +7,8 @@ The paper's CNN has 192.5 M parameters over a much larger encoder; fitted on ~2k
 that size would only memorize them, so this one reduces the encoder's frames to 32 channels first (29,281
 parameters for a 144-dim encoder). It reads the pilot's encoder output, which the pilot search already holds
 (`Hypothesis.encoded`), so it decides at the same moment as the other early offramps. With the shipped device it
-ranked dev's calibration utterances better than the BiLSTM and `test`'s no better (its card,
-models/shipped/device/offramp/README.md): the bench prices it, the agent's policies do not use it.
+ranked dev's calibration utterances better than the BiLSTM and `test`'s no better (its calibration log,
+models/shipped/device/offramp/CALIBRATION_LOG.md): the bench prices it, the agent's policies do not use it.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class TrainOptions:
     # What the network learns to predict: "bad", the paper's label (1 when local WER > bad_wer); "wer", the local
     # WER itself, clipped to 1, as a soft label. The policy weighs a score by the speech's seconds, so a score that
     # tracks how wrong the pilot is, not only whether it is, ranks by expected word errors, what WER targets count
-    # (on all 2,974 `test` utterances it did no better than the paper's label: the offramp card).
+    # (on all 2,974 `test` utterances it did no better than the paper's label: the offramp's calibration log).
     label: str = "bad"
 
     def __post_init__(self) -> None:

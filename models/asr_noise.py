@@ -5,8 +5,8 @@ reads those sentences: the words it leans on are the ones the recognizer mishear
 (reference, transcript) pairs, what happens to each reference word (kept, replaced by which word, dropped) and
 how often words are inserted, and `corrupt` writes sentences as that recognizer might have heard them.
 `scripts/reader_noise_check.py` fits the device's intent reader on such copies beside the clean sentences; on the
-shipped device's dev replays they did not help (the offramp card has the numbers), so the shipped reader learns the
-clean sentences alone.
+shipped device's dev replays they did not help (the offramp's calibration log has the numbers), so the shipped
+reader learns the clean sentences alone.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ replays) are scored with errors counted on all of dev, not used to choose.
     .venv/bin/python scripts/reader_noise_check.py models/shipped/device data/corpus-full \
         models/shipped/device/offramp/replays-dev-all.jsonl --reader-corpus data/corpus-full-p4 --copies 0 1 2
 
-On the shipped device (stop 46) neither helped; the offramp card has the numbers.
+On the shipped device (stop 46) neither helped; the offramp's calibration log has the numbers.
 """
 
 from __future__ import annotations
