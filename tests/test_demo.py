@@ -42,3 +42,28 @@ def test_the_demo_plays_the_intent_check_when_the_model_has_its_reader(tmp_path,
     assert policy.name == "Ours-Intent" and policy.threshold == 0.9
     assert demo_policy(model, tmp_path, DemoOptions(policy="intent", threshold=2.0)).threshold == 2.0
     assert demo_policy(model, tmp_path, DemoOptions()).name == "Ours-PPL+Intent"  # the default, with a reader
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("espeak-ng") is None, reason="needs espeak-ng (make tts)")
+def test_the_demo_runs_end_to_end_with_a_cloud_server_on_loopback(tmp_path, capsys):
+    """`pasu demo` (make demo's main job) with a tiny model on both sides: it renders the samples, starts `pasu
+    cloud serve` as a process, sends what the policy offloads over gRPC, and writes its table, results and picture."""
+    from pasu.cli import main
+
+    import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
+
+    model = support.write_model_folder(tmp_path / "model")
+    out = tmp_path / "demo-out"
+    capsys.readouterr()
+    # perplexity x seconds is above -1 for every utterance: all go to the cloud, none fall back
+    assert main(["demo", "--model", str(model), "--cloud-model", str(model), "--utterances", "2", "--fast",
+                 "--policy", "ppl", "--threshold", "-1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads((out / "results.json").read_text())
+    assert [row["id"] for row in rows] == ["sample-00", "sample-01-noisy"]
+    assert [row["route"] for row in rows] == ["cloud", "cloud"] and all(row["reason"] for row in rows)
+    assert rows[0]["reference"]["intent"] and rows[0]["timeline"]["events"]
+    assert "| sample-01-noisy |" in printed and "routes {'local': 0, 'cloud': 2, 'fallback': 0}" in printed
+    assert (out / "timeline.png").stat().st_size > 0 and (out / "samples" / "sample-00.wav").is_file()
+    assert "serving" in (out / "cloud.log").read_text().lower()
