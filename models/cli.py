@@ -17,11 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train an ESPnet hybrid CTC/attention model whose target is the intent, then the words with\n"
                     "inline slot markup, on a PASU corpus's train.jsonl, evaluating on a fixed dev subset.\n"
                     "Running the same command again resumes from EXPDIR/checkpoint.pt; at the end the best\n"
-                    "snapshots are averaged into EXPDIR/model_avg.pt. To end a run early but cleanly (dev\n"
-                    "evaluation, checkpoint, averaging), `touch EXPDIR/STOP` or press Ctrl-C once.",
+                    "snapshots are averaged into EXPDIR/model_avg.pt, and --package DIR writes the model folder\n"
+                    "from it. To end a run early but cleanly (dev evaluation, checkpoint, averaging, package),\n"
+                    "`touch EXPDIR/STOP` or press Ctrl-C once.",
         epilog="Examples:\n"
                "  pasu train --config models/configs/device_late_context.yaml --corpus data/corpus-tiny "
-               "--out exp/device\n"
+               "--out exp/device --package models/device\n"
                "  pasu train --config models/configs/baseline_conformer.yaml --corpus data/corpus-full "
                "--out exp/conformer --num-threads 1   # two trainings side by side on 2 cores",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,6 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--max-minutes", type=float, default=None, help="override train.max_minutes (time box)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                        help="override any config field, e.g. --set optim.lr=0.002 --set data.batch_seconds=400")
+    train.add_argument("--package", type=Path, default=None, metavar="DIR",
+                       help="when training ends (done, time-boxed or stopped), write the model folder (config, "
+                            "float16 weights of the averaged snapshots, tokenizer, model card) to DIR, as `pasu "
+                            "package EXPDIR --out DIR` does")
     train.set_defaults(run=_train)
 
     package = sub.add_parser(
@@ -240,6 +245,10 @@ def _train(args: argparse.Namespace) -> int:
         train(config, args.corpus, args.out, command=command)
     except MissingSplitError as e:  # raised while reading the manifests, before any training
         raise SystemExit(str(e)) from None
+    if args.package:
+        from pasu.models.package import package_model
+
+        print(f"wrote {package_model(args.out, args.package)}")
     return 0
 
 

@@ -380,6 +380,24 @@ def test_a_stop_request_ends_the_run_like_a_limit(corpus, tmp_path, how):
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
 
 
+def test_one_command_trains_and_packages(corpus, tmp_path, capsys):
+    """`pasu train ... --package DIR`: the run, then its model folder with card, loadable as shipped ones are."""
+    import yaml
+    from pasu.cli import main
+    from pasu.models.package import load_packaged
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config().to_dict()))
+    folder = tmp_path / "models" / "tiny"
+    assert main(["train", "--config", str(config), "--corpus", str(corpus), "--out", str(tmp_path / "exp"),
+                 "--max-steps", "2", "--package", str(folder)]) == 0
+    assert f"wrote {folder}" in capsys.readouterr().out
+    card = (folder / "README.md").read_text()
+    assert "--max-steps 2" in card and "model_avg.pt" in card  # the command, and the averaged weights it ships
+    model, _, packaged = load_packaged(folder)
+    assert sum(p.numel() for p in model.parameters()) == packaged["parameters"]
+
+
 def test_cli_help_has_an_example(capsys):
     from pasu.cli import build_parser
 
