@@ -71,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pasu.corpus.tts import TTSError
     from pasu.device.agent import AgentOptions
     from pasu.device.offramp_train import load_device_model
     from pasu.models.recognizer import is_model_folder
@@ -93,7 +94,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    samples = make_samples(args.out / "samples", options)
+    try:
+        samples = make_samples(args.out / "samples", options)
+    except TTSError as error:  # the samples are rendered here: the demo needs espeak-ng
+        print(f"error: {error}; install the TTS engines with `make tts` (scripts/install_tts.sh)", file=sys.stderr)
+        return 2
     with CloudProcess(cloud_model, args.out / "cloud.log") as server:
         rows = run_agent(model, policy, server.address, samples, options)
     print_table(rows)

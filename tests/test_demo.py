@@ -67,3 +67,15 @@ def test_the_demo_runs_end_to_end_with_a_cloud_server_on_loopback(tmp_path, caps
     assert "| sample-01-noisy |" in printed and "routes {'local': 0, 'cloud': 2, 'fallback': 0}" in printed
     assert (out / "timeline.png").stat().st_size > 0 and (out / "samples" / "sample-00.wav").is_file()
     assert "serving" in (out / "cloud.log").read_text().lower()
+
+
+def test_the_demo_says_what_to_install_without_espeak(tmp_path, capsys, monkeypatch):
+    from pasu.cli import main
+
+    import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
+
+    model = support.write_model_folder(tmp_path / "model")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no espeak-ng to be found
+    assert main(["demo", "--model", str(model), "--cloud-model", str(model), "--utterances", "1", "--fast",
+                 "--policy", "ppl", "--threshold", "1", "--out", str(tmp_path / "out")]) == 2
+    assert "make tts" in capsys.readouterr().err
