@@ -261,6 +261,8 @@ def train_lm(
     """Train (or resume) an LM on `corpus` (folder or text file) over `asr_model`'s tokenizer; dev perplexity on
     `dev` (default: the corpus folder's dev split). `command` goes into the model card."""
     corpus, exp_dir = Path(corpus), Path(exp_dir)
+    if not corpus.exists():
+        raise FileNotFoundError(f"{corpus}: no such corpus folder or text file")
     if dev is None and not corpus.is_dir():
         raise ValueError(f"{corpus} is a text file: give the dev sentences too (--dev)")
     dev = Path(dev) if dev is not None else corpus

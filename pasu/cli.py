@@ -84,6 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except FileNotFoundError as error:  # a path the user gave (a config, a corpus split): which, not a traceback
+        if args.verbose:
+            raise
+        where = f"{error.filename}: {error.strerror}" if error.filename else str(error)
+        print(f"error: {where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

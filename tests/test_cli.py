@@ -93,3 +93,20 @@ def test_every_command_has_help_and_a_working_example(path, parser, help_line, m
 
 def test_pasu_help_has_an_example():
     assert _examples(build_parser().format_help())
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["train", "--config", "{tmp}/missing.yaml", "--corpus", "{tmp}", "--out", "{tmp}/exp"],
+     "error: {tmp}/missing.yaml: No such file or directory"),
+    (["lm", "train", "--model", "{tmp}", "--corpus", "{tmp}/no-corpus", "--exp", "{tmp}/e", "--out", "{tmp}/lm"],
+     "error: {tmp}/no-corpus: no such corpus folder or text file"),
+    (["offramp", "train", "{tmp}/model", "--corpus", "{tmp}", "--limit", "2"],
+     "render it with `pasu corpus build --splits dev`"),
+])
+def test_a_missing_input_is_one_line_not_a_traceback(argv, said, tmp_path, capsys, cloud_support):
+    from pasu.cli import main
+
+    cloud_support.write_model_folder(tmp_path / "model")
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert said.format(tmp=tmp_path) in err and "Traceback" not in err
