@@ -176,6 +176,9 @@ def load_recognizer(folder: str | os.PathLike, options: DecodingOptions = Decodi
 
     if is_whisper_folder(folder):
         return WhisperRecognizer.from_folder(folder, options)
+    if not (Path(folder) / "config.yaml").is_file():
+        raise FileNotFoundError(f"{folder}: no model folder there (a `pasu package` folder holds config.yaml, a "
+                                "Whisper folder whisper.yaml)")
     return EspnetRecognizer.from_folder(folder, options)
 
 

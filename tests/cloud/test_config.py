@@ -83,3 +83,9 @@ def test_serve_stops_on_a_bad_config_before_loading_the_model(tmp_path):
                                       "--config", str(tmp_path / "cloud.yaml")])
     with pytest.raises(SystemExit, match=r"^error: .*cloud.yaml: decoding: unknown keys \['beam'\]"):
         args.run(args)
+
+
+def test_serve_names_a_folder_that_holds_no_model(tmp_path):
+    args = build_parser().parse_args(["cloud", "serve", "--model", str(tmp_path / "no-model"), "--port", "0"])
+    with pytest.raises(SystemExit, match=r"^error: .*no-model: no model folder there"):
+        args.run(args)
