@@ -1,11 +1,11 @@
 """`pasu corpus swap-slots`: new training sentences from old ones, each slot value replaced by another of its type.
 
 The device model gained more from 4,796 new (pseudo-labelled) sentences in 90 minutes than from a fourth rendering
-of the 8,280 labelled ones in twice that (the device's training log): what it lacks is word sequences it has not heard, and SLURP
-has no more unlabelled text. Swapping slot values ("wake me at SLOT_time five am" -> "... at SLOT_time half past
-seven") makes new sentences whose intent and slot markup stay known: the carrier phrase keeps its intent, the new
-value keeps its type. Values come only from the training sentences themselves, and no sentence of the evaluation
-splits is ever written (`exclude`).
+of the 8,280 labelled ones in twice that (the device's training log): what it lacks is word sequences it has not
+heard, and SLURP has no more unlabelled text. Swapping slot values ("wake me at SLOT_time five am" -> "... at
+SLOT_time half past seven") makes new sentences whose intent and slot markup stay known: the carrier phrase keeps
+its intent, the new value keeps its type. Values come only from the training sentences themselves, and no sentence
+of the evaluation splits is ever written (`exclude`).
 """
 
 from __future__ import annotations
