@@ -214,7 +214,8 @@ class Session:
                     return self._done(answer, eos)
                 cloud_failure = answer
         route = "fallback" if cloud_failure else "local"
-        reason = cloud_failure or (decision.reason if decision else "local decode")
+        # a fallback says both why it offloaded and why the cloud did not answer, as a cloud answer says both
+        reason = "; ".join(part for part in (decision.reason if decision else "local decode", cloud_failure) if part)
         slu = self.model.answer(tokens, hyp)
         result = AgentResult(slu.text, slu.intent, slu.slots, confidence, route, reason, tokens=tuple(tokens))
         return self._done(result, eos)
