@@ -167,7 +167,7 @@ def threshold_lines(report: dict) -> list[str]:
 
     lines = []
     for name in (n for n in OFFRAMPS if n in report):
-        lines.append(f"{name}: {_selectivity(report[name]['selectivity'])}")
+        lines.append(f"{name}{_learned(report[name].get('train'))}: {_selectivity(report[name]['selectivity'])}")
         if "selectivity_intent" in report[name]:  # the intent check, of the device's intent errors
             lines.append(f"  of intent errors: {_selectivity(report[name]['selectivity_intent'])}")
         for level, cal in report[name]["levels"].items():
@@ -179,6 +179,15 @@ def threshold_lines(report: dict) -> list[str]:
             lines.append(f"  Offload-{level}: threshold {cal['threshold']:.4g}{parts} -> "
                          f"offload {cal['offload_ratio']:.1%}{wer}")
     return lines
+
+
+def _learned(train: dict | None) -> str:
+    """What a fitted network learned to predict, for the networks' lines (the BiLSTM's, the CNN's)."""
+    if not train:
+        return ""
+    if train.get("label") == "wer":
+        return " (learned the local WER)"
+    return f" (learned local WER > {train.get('bad_wer', 0.1):g})"
 
 
 def _selectivity(scores: dict) -> str:

@@ -158,6 +158,8 @@ def test_offramp_show_prints_a_models_calibration(tmp_path, capsys):
               for level, t, r, w in (("L", 4.0, 0.25, 0.2), ("M", 3.0, 0.47, 0.15), ("H", 2.0, 0.63, 0.12))}
     report = {"calibration_version": CALIBRATION_VERSION, "utterances": 30, "split": "dev", "model": "m",
               "ppl": {"selectivity": {"roc_auc": 0.75, "average_precision": 0.8, "positives": 0.6}, "levels": levels},
+              "bilstm": {"train": {"label": "wer", "bad_wer": 0.1},
+                         "selectivity": {"roc_auc": 0.8, "average_precision": 0.9, "positives": 0.6}, "levels": levels},
               "intent": {"selectivity": {"roc_auc": None, "average_precision": None, "positives": 0.0},
                          "levels": levels}}
     (tmp_path / "offramp").mkdir()
@@ -167,6 +169,7 @@ def test_offramp_show_prints_a_models_calibration(tmp_path, capsys):
     assert lines[0].endswith("calibrated on 30 dev utterances of m, cloud none")
     assert lines[1] == "ppl: ROC AUC 0.750, average precision 0.800 (60.0% positive)"
     assert lines[3] == "  Offload-M: threshold 3 -> offload 47.0%, WER 15.0%"
-    assert lines[5] == "intent: not measurable (one class only)"
+    assert lines[5] == "bilstm (learned the local WER): ROC AUC 0.800, average precision 0.900 (60.0% positive)"
+    assert lines[9] == "intent: not measurable (one class only)"
     args = parser.parse_args(["offramp", "show", str(tmp_path / "offramp")])  # the offramp folder itself
     assert args.run(args) == 0 and capsys.readouterr().out.splitlines()[1:] == lines[1:]
