@@ -72,7 +72,7 @@ def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, cap
     args = build_parser().parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2"])
     assert args.run(args) == 0
     printed = capsys.readouterr().out
-    assert "cnn: " in printed and "Offload-M" in printed
+    assert "cnn (learned local WER > 0.1): " in printed and "Offload-M" in printed
     trained = load_offramps(model / "offramp")
     assert trained.cnn is not None and trained.report["cnn"]["fitted_on"] == 6
     assert {"ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent"} <= trained.report.keys()
