@@ -291,9 +291,10 @@ def _confidence(hypothesis: Hypothesis | None) -> float:
 
 
 class DeviceAgent:
-    """The live agent: feed chunks as they arrive, call end() at end of speech.
+    """The live agent: feed chunks as they arrive, call end() at end of speech (`assemble.open_agent` builds one
+    from a model folder and a config, as `pasu device run` does).
 
-    >>> agent = DeviceAgent(DeviceModel.from_folder("models/device"))
+    >>> agent = DeviceAgent(load_device_model("models/shipped/device"))
     >>> for chunk in microphone_chunks(): agent.feed(chunk)
     >>> result = agent.end()
     """
@@ -347,6 +348,17 @@ class DeviceAgent:
         if isinstance(result, BaseException):
             raise result
         return result
+
+    def close(self) -> None:
+        """Close the cloud client the agent was given; no more offloading after this."""
+        if self.cloud is not None:
+            self.cloud.close()
+
+    def __enter__(self) -> DeviceAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _work(self) -> None:
         adopt_torch_threads()

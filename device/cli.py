@@ -15,10 +15,8 @@ from pasu.settings import shipped_model
 POLICIES = ("on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent")
 
 if TYPE_CHECKING:
-    from pasu.device.cloud_client import ClientTls, CloudClient
+    from pasu.device.cloud_client import ClientTls
     from pasu.device.config import DeviceConfig
-    from pasu.device.routing import Policy, RoutingOptions
-    from pasu.device.runtime import DeviceModel
 
 # `pasu device run`'s default --config: every DeviceConfig field at its default, with its comment.
 DEFAULT_CONFIG = Path(__file__).with_name("agent.yaml")
@@ -146,69 +144,35 @@ def _tls(args: argparse.Namespace, base: ClientTls | None) -> ClientTls | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pasu.device.agent import DeviceAgent, play_realtime, replay, use_lm_of
+    from pasu.device.agent import play_realtime, replay
+    from pasu.device.assemble import open_agent
     from pasu.device.audio import AudioError, load_audio
-    from pasu.device.offramp_train import load_device_model
-    from pasu.torch_threads import set_torch_threads
 
     try:
-        config = config_from_args(args)
+        # no model, offramps the policy needs and the model lacks, a threshold neither set nor calibrated, an LM
+        # that does not fit: each says what to do
+        agent = open_agent(args.model, config_from_args(args), args.token)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if not (args.model / "config.yaml").is_file():
-        print(f"error: no model folder at {args.model} (train one with `pasu train` + `pasu package`)",
-              file=sys.stderr)
-        return 2
-    options = config.agent
-    set_torch_threads(options.threads)
-    model = load_device_model(args.model)  # with its intent reader, when `pasu offramp train` left one
-    try:
-        use_lm_of(model, options)
-    except (OSError, ValueError) as error:
-        print(f"error: agent.lm {options.lm!r}: {error}", file=sys.stderr)
-        return 2
-    try:
-        policy, cloud = _routing(config.routing, args.token, model, args.model)
-    except FileNotFoundError as error:  # a policy with the intent check, and the model has no intent reader
-        print(f"error: {error}: the {config.routing.policy} policy needs `pasu offramp train {args.model}` first",
-              file=sys.stderr)
-        return 2
-    except ValueError as error:  # a threshold neither set nor calibrated, or a calibration of an older PASU
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    try:
-        if args.mic:
-            result = _from_microphone(DeviceAgent(model, options, policy, cloud), args)
-        else:
-            audio = load_audio(args.audio)
-            if args.vad:
-                audio = _until_end_of_speech(audio)
-            if args.realtime:
-                result = play_realtime(DeviceAgent(model, options, policy, cloud), audio, str(args.audio))
+    with agent:
+        try:
+            if args.mic:
+                result = _from_microphone(agent, args)
             else:
-                result = replay(model, audio, options, policy, cloud, utterance_id=str(args.audio))
-    except AudioError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    finally:
-        if cloud is not None:
-            cloud.close()
+                audio = load_audio(args.audio)
+                if args.vad:
+                    audio = _until_end_of_speech(audio)
+                if args.realtime:
+                    result = play_realtime(agent, audio, str(args.audio))
+                else:
+                    result = replay(agent.model, audio, agent.options, agent.policy, agent.cloud,
+                                    utterance_id=str(args.audio))
+        except AudioError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     _report(result, args)
     return 0
-
-
-def _routing(routing: RoutingOptions, token: str | None, model: DeviceModel,
-             model_dir: Path) -> tuple[Policy | None, CloudClient | None]:
-    """The offloading policy and cloud client (None, None without a cloud); `token` overrides the token file."""
-    from pasu.device.cloud_client import CloudClient
-    from pasu.device.offramp_train import OFFRAMP_DIR, model_policy
-
-    if not routing.cloud:
-        return None, None
-    policy = model_policy(routing, model, model_dir / OFFRAMP_DIR)
-    return policy, CloudClient(routing.cloud, token=token or routing.token(), tls=routing.tls,
-                               encoding=routing.encoding)
 
 
 def _until_end_of_speech(audio):
