@@ -12,7 +12,7 @@ from pasu.config import given
 from pasu.settings import shipped_model
 
 # routing.PolicyName's values, written out: importing routing here would load torch for every `pasu` command
-POLICIES = ("on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent")
+POLICIES = ("on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "intent", "ppl+intent", "bilstm+intent")
 
 if TYPE_CHECKING:
     from pasu.device.cloud_client import ClientTls
@@ -79,7 +79,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                           "(routing.tls.server_name)")
     run.add_argument("--policy", choices=POLICIES, default=None,
                      help="offloading policy when there is a cloud (routing.policy; default ppl+intent; the ones "
-                          "with intent read routing.intent_threshold)")
+                          "with intent read routing.intent_threshold; naive offloads a random routing.naive_share; "
+                          "ppl-late judges the full local decode, as the paper's deciding-late baseline)")
     run.add_argument("--threshold", type=float, default=None,
                      help="the word check's score x speech seconds above which ppl, bilstm and their +intent "
                           "policies offload: the last pilot's perplexity, or the BiLSTM's P(local WER > 0.1) "

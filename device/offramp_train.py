@@ -322,9 +322,10 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
     pair = routing.policy.replace("+", "_")  # ppl+intent -> the report's ppl_intent
     if "+" in routing.policy and pair in report:
         parts = either_thresholds(report, pair, routing.level)  # the pair that offloads the level's share together
-    else:  # one check, or a report without the combined one: each part at its own level
-        parts = {name: threshold(report, name, routing.level) for name in routing.policy.split("+") if name in report}
-    calibrated = {"threshold": parts.get(routing.word_check), "intent_threshold": parts.get("intent")}
+    else:  # one check, or a report without the combined one: each part at its own level (ppl-late: ppl_late)
+        keys = {part: part.replace("-", "_") for part in routing.policy.split("+")}
+        parts = {part: threshold(report, key, routing.level) for part, key in keys.items() if key in report}
+    calibrated = {"threshold": parts.get(routing.word_part), "intent_threshold": parts.get("intent")}
     return replace(routing, **{name: calibrated[name] for name in routing.unset_thresholds
                                if calibrated[name] is not None})
 

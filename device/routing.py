@@ -164,9 +164,12 @@ def intent_policy(offramp: Offramp, threshold: float, name: str = "Ours-Intent")
     return OfframpPolicy(offramp, threshold, name, length_weighted=False)
 
 
-PolicyName = Literal["on-device", "all", "ppl", "bilstm", "intent", "ppl+intent", "bilstm+intent"]
+PolicyName = Literal["on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "intent", "ppl+intent",
+                     "bilstm+intent"]
 OffloadLevel = Literal["L", "M", "H"]  # the paper's Offload-L / -M / -H (calibration.OFFLOAD_LEVELS)
-WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM"}  # the offramps a policy may read for word errors
+# the parts of a policy that check the words: their design name, and the offramp each reads
+WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM", "ppl-late": "Late-PPL"}
+WORD_OFFRAMPS = {"ppl": "ppl", "bilstm": "bilstm", "ppl-late": "ppl"}
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,11 @@ class RoutingOptions:
     """Whether and where `pasu device run` offloads (the `routing` section of device/agent.yaml)."""
 
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
-    # with a cloud: on-device (never offload), all (always), ppl or bilstm (the word check above threshold), intent
-    # (above intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they offload less than the
-    # word check alone and lose less intent accuracy against offloading everything; the latest `pasu bench hybrid`
+    # with a cloud: on-device (never offload), all (always), naive (a random naive_share, NaiveHybrid), ppl or
+    # bilstm (the word check above threshold), ppl-late (perplexity of the full local decode, not of the last
+    # pilot: the paper's deciding-late baseline, which offloads only after decoding), intent (above
+    # intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they offload less than the word
+    # check alone and lose less intent accuracy against offloading everything; the latest `pasu bench hybrid`
     # numbers are in README.md)
     policy: PolicyName = "ppl+intent"
     # the word check's score times the speech's seconds above which the utterance is offloaded: the last pilot's
@@ -190,6 +195,8 @@ class RoutingOptions:
     # the calibrated operating point that the thresholds left None take: the paper's Offload-L, -M or -H, where
     # the policy offloaded 25%, 47% or 63% of the model's dev calibration utterances
     level: OffloadLevel = "M"
+    # naive: the share of utterances offloaded at random, whatever the device thinks (NaiveHybrid's alpha)
+    naive_share: float = 0.47
     token_file: str | None = None  # file whose first non-comment line is the cloud's bearer token; None: no token
     # TLS towards the cloud, mutual when the client certificate and key are given; None: plaintext
     tls: ClientTls | None = None
@@ -202,16 +209,21 @@ class RoutingOptions:
         offramp, for the policies that read them."""
         if self.policy in ("on-device", "all"):
             return AllOffload() if self.policy == "all" else OnDevice()
+        if self.policy == "naive":
+            if not 0.0 <= self.naive_share <= 1.0:
+                raise ValueError(f"routing.naive_share {self.naive_share} is not a share between 0 and 1")
+            return NaiveHybrid(self.naive_share)
         self._check_thresholds()
         words = self._word_offramp(bilstm)
         if self.policy in WORD_CHECKS:
-            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy])
+            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy],
+                                 after_decode=self.policy.endswith("-late"))
         if intent is None:
             raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
                              "`pasu offramp train`)")
         if self.policy == "intent":
             return intent_policy(intent, self.intent_threshold)
-        name = WORD_CHECKS[self.word_check]
+        name = WORD_CHECKS[self.word_part]
         parts = (OfframpPolicy(words, self.threshold, name), intent_policy(intent, self.intent_threshold))
         return EitherPolicy(parts, name=f"{name}+Intent")
 
@@ -222,9 +234,14 @@ class RoutingOptions:
         return {"ppl": PerplexityOfframp(), "bilstm": bilstm}.get(self.word_check)
 
     @property
+    def word_part(self) -> str | None:
+        """The part of the named policy that checks the words ("ppl", "ppl-late", "bilstm"), or None."""
+        return next((part for part in self.policy.split("+") if part in WORD_CHECKS), None)
+
+    @property
     def word_check(self) -> str | None:
         """The word-error offramp the named policy reads ("ppl", "bilstm"), or None."""
-        return next((part for part in self.policy.split("+") if part in WORD_CHECKS), None)
+        return WORD_OFFRAMPS.get(self.word_part)
 
     def _check_thresholds(self) -> None:
         """ValueError naming each threshold the policy reads that is still unset."""

@@ -199,3 +199,17 @@ def test_with_an_lm_the_final_decode_answers_as_espnets_with_it(with_lm, speech_
                                                 final_search=fused))
     assert ours.tokens == espnet.tokens and ours.text == espnet.text
     assert ours.tokens != replay(with_lm, wave, AgentOptions()).tokens  # the LM had a say
+
+
+def test_the_late_policy_judges_the_full_decode_and_the_early_one_the_last_pilot(tiny_model, speech_like):
+    """ppl-late (the paper's deciding-late baseline) decides after the local decode; ppl before it, from a pilot."""
+    from pasu.device.routing import RoutingOptions
+
+    def stages(policy: str) -> list[str]:
+        result = replay(tiny_model, speech_like(2.6, seed=11), AgentOptions(),
+                        RoutingOptions(policy=policy, threshold=1e9).make_policy())
+        assert result.route == "local" and result.pilots > 0
+        return [e.kind for e in result.timeline.events if e.kind in ("offramp", "decode")]
+
+    assert stages("ppl") == ["offramp", "decode"]
+    assert stages("ppl-late") == ["decode", "offramp"]

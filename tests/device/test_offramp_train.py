@@ -240,6 +240,10 @@ def test_the_level_picks_the_calibrated_operating_point(tmp_path):
     pair = calibrated_routing(RoutingOptions(level="H"), tmp_path)
     assert (pair.threshold, pair.intent_threshold) == (1.1 * 1.9, 1.1 * 0.3)
     assert calibrated_routing(RoutingOptions(policy="ppl", threshold=4.0, level="L"), tmp_path).threshold == 4.0
+    report["ppl_late"] = support.offramp_levels(2.4, 1.8, 1.5)  # the full decode's perplexity, calibrated apart
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    assert calibrated_routing(RoutingOptions(policy="ppl-late", level="H"), tmp_path).threshold == 1.5
+    assert calibrated_routing(RoutingOptions(policy="naive"), tmp_path).unset_thresholds == []
 
 
 def test_an_uncalibrated_model_needs_its_thresholds_set(tmp_path):

@@ -11,6 +11,7 @@ from pasu.device.decoding.search import Hypothesis
 from pasu.device.routing import (
     AllOffload,
     EitherPolicy,
+    NaiveHybrid,
     OfframpPolicy,
     OnDevice,
     PerplexityOfframp,
@@ -23,6 +24,21 @@ def test_policy_names():
     assert isinstance(RoutingOptions(policy="all").make_policy(), AllOffload)
     ppl = RoutingOptions(policy="ppl", threshold=2.5).make_policy()
     assert isinstance(ppl, OfframpPolicy) and ppl.threshold == 2.5
+
+
+def test_the_papers_baselines_by_name():
+    """naive: NaiveHybrid at naive_share; ppl-late: perplexity judged on the full local decode (after_decode)."""
+    naive = RoutingOptions(policy="naive", naive_share=0.3).make_policy()
+    assert isinstance(naive, NaiveHybrid) and naive.probability == 0.3
+    draws = [naive.decide(None, 2.0).offload for _ in range(2000)]
+    assert 0.25 < np.mean(draws) < 0.35  # a random share, whatever the hypothesis
+    with pytest.raises(ValueError, match="naive_share 1.5"):
+        RoutingOptions(policy="naive", naive_share=1.5).make_policy()
+    late = RoutingOptions(policy="ppl-late", threshold=3.0).make_policy()
+    assert late.after_decode and late.name == "Late-PPL" and isinstance(late.offramp, PerplexityOfframp)
+    assert not RoutingOptions(policy="ppl", threshold=3.0).make_policy().after_decode
+    with pytest.raises(ValueError, match=r"routing\.threshold"):
+        RoutingOptions(policy="ppl-late").make_policy()
 
 
 def test_an_offramp_policy_without_its_threshold_says_which_is_missing():
