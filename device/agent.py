@@ -94,6 +94,9 @@ class AgentResult(SluResult):
     timeline: Timeline = field(default_factory=Timeline, repr=False, compare=False)
     tokens: tuple[int, ...] = ()  # the answering hypothesis (local route)
     pilot_text: str = ""  # the last pilot's transcript (what the offramp judged)
+    # what the policy compared with its threshold (e.g. perplexity x seconds); None: no policy, or one without a
+    # score (OnDevice, AllOffload). Logged from live runs, it is what a threshold is chosen on
+    offramp_score: float | None = None
 
 
 class Clock:
@@ -149,6 +152,7 @@ class Session:
         self.audio: list[np.ndarray] = []
         self.timeline = Timeline()
         self.last_pilot: SearchResult | None = None
+        self.decision: Decision | None = None  # the policy's, once made
         self.pilots = 0
         self.next_pilot_at = options.pilot.start_seconds
 
@@ -223,7 +227,7 @@ class Session:
     def _decide(self, hypothesis: Hypothesis | None) -> Decision:
         start = self.clock.now()
         speech_seconds = sum(len(chunk) for chunk in self.audio) / SAMPLE_RATE
-        decision = self.policy.decide(hypothesis, speech_seconds)
+        decision = self.decision = self.policy.decide(hypothesis, speech_seconds)
         self.timeline.add("offramp", start, self.clock.now(), offload=decision.offload, reason=decision.reason)
         return decision
 
@@ -267,8 +271,10 @@ class Session:
     def _done(self, result: AgentResult, eos: float) -> AgentResult:
         now = self.timeline.result_at = self.clock.now()
         pilot_text = self.model.read(self.last_pilot.best.tokens).text if self.last_pilot and self.last_pilot.best else ""
+        score = self.decision.score if self.decision else None
         return replace(result, latency=now - eos, audio_seconds=self.seconds, pilots=self.pilots,
-                       timings=self.timings(eos), timeline=self.timeline, pilot_text=pilot_text)
+                       timings=self.timings(eos), timeline=self.timeline, pilot_text=pilot_text,
+                       offramp_score=None if score is None else float(score))
 
     def timings(self, eos: float) -> dict[str, float]:
         t = self.timeline

@@ -226,6 +226,7 @@ def _report(result, args: argparse.Namespace) -> None:
     if args.json:
         fields = {"text": result.text, "intent": result.intent, "slots": [list(s) for s in result.slots],
                   "confidence": result.confidence, "route": result.route, "reason": result.reason,
+                  "offramp_score": result.offramp_score,
                   "latency_ms": 1000 * result.latency, "audio_seconds": result.audio_seconds,
                   "pilots": result.pilots, "pilot_text": result.pilot_text,
                   "timings_ms": {k: 1000 * v for k, v in result.timings.items()}}

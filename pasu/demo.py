@@ -282,5 +282,5 @@ def _jsonable(row: dict) -> dict:
     return {"id": row["id"], "hard": row["hard"], "reference": {"text": row["text"], "intent": row["intent"],
                                                                "slots": [list(s) for s in row["slots"]]},
             "text": r.text, "intent": r.intent, "slots": [list(s) for s in r.slots], "route": r.route,
-            "reason": r.reason, "latency_ms": 1000 * r.latency, "pilots": r.pilots,
+            "reason": r.reason, "offramp_score": r.offramp_score, "latency_ms": 1000 * r.latency, "pilots": r.pilots,
             "timeline": r.timeline.to_dict()}

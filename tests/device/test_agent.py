@@ -163,6 +163,9 @@ def test_a_low_threshold_offloads_and_a_high_one_keeps_it_local(tiny_model, spee
     high = replay(tiny_model, wave, AgentOptions(), OfframpPolicy(PerplexityOfframp(), 1e9), client)
     assert low.route == "cloud" and high.route == "local"
     assert "score" in high.reason
+    assert high.offramp_score > 0 and f"{high.offramp_score:.3g}" in high.reason  # what the threshold met
+    on_device = replay(tiny_model, wave, AgentOptions(), OnDevice(), client)
+    assert on_device.offramp_score is None  # a policy without a score
 
 
 def test_the_policy_is_told_how_long_the_speech_was(tiny_model, speech_like):
