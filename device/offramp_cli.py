@@ -33,7 +33,7 @@ OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("offramp", help="train and calibrate the device's offloading offramps",
+    parser = sub.add_parser("offramp", help="train and calibrate the device's offloading offramps; show a calibration",
                             description="Offramps decide at end of speech whether the device offloads.",
                             epilog="Examples:\n  pasu offramp train models/shipped/device --limit 150\n"
                                    "  pasu offramp show models/shipped/device",
