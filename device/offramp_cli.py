@@ -33,7 +33,8 @@ OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("offramp", help="train and calibrate the device's offloading offramps; show a calibration",
+    parser = sub.add_parser("offramp",
+                            help="train and calibrate the device's offloading offramps; show a calibration",
                             description="Offramps decide at end of speech whether the device offloads.",
                             epilog="Examples:\n  pasu offramp train models/shipped/device --limit 150\n"
                                    "  pasu offramp show models/shipped/device",
@@ -136,9 +137,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from pasu.device.offramp_train import OFFRAMP_DIR, load_thresholds
+    from pasu.device.offramp_train import OFFRAMP_DIR, THRESHOLDS, load_thresholds
 
-    folder = args.model if (args.model / "offramp.json").is_file() else args.model / OFFRAMP_DIR
+    folder = args.model if (args.model / THRESHOLDS).is_file() else args.model / OFFRAMP_DIR
     try:
         report = load_thresholds(folder)
     except (FileNotFoundError, ValueError) as error:

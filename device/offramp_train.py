@@ -319,12 +319,15 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
         report = load_thresholds(folder)
     except FileNotFoundError:
         return routing
-    pair = routing.policy.replace("+", "_")  # ppl+intent -> the report's ppl_intent
-    if "+" in routing.policy and pair in report:
-        parts = either_thresholds(report, pair, routing.level)  # the pair that offloads the level's share together
-    else:  # one check, or a report without the combined one: each part at its own level (ppl-late: ppl_late)
-        keys = {part: part.replace("-", "_") for part in routing.policy.split("+")}
-        parts = {part: threshold(report, key, routing.level) for part, key in keys.items() if key in report}
+    def key(name: str) -> str:  # a policy's name in the report: ppl+intent -> ppl_intent, ppl-late -> ppl_late
+        return name.replace("+", "_").replace("-", "_")
+
+    if "+" in routing.policy and key(routing.policy) in report:
+        # the pair that offloads the level's share together
+        parts = either_thresholds(report, key(routing.policy), routing.level)
+    else:  # one check, or a report without the combined one: each part at its own level
+        parts = {part: threshold(report, key(part), routing.level) for part in routing.policy.split("+")
+                 if key(part) in report}
     calibrated = {"threshold": parts.get(routing.word_part), "intent_threshold": parts.get("intent")}
     return replace(routing, **{name: calibrated[name] for name in routing.unset_thresholds
                                if calibrated[name] is not None})

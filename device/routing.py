@@ -167,9 +167,9 @@ def intent_policy(offramp: Offramp, threshold: float, name: str = "Ours-Intent")
 PolicyName = Literal["on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "intent", "ppl+intent",
                      "bilstm+intent"]
 OffloadLevel = Literal["L", "M", "H"]  # the paper's Offload-L / -M / -H (calibration.OFFLOAD_LEVELS)
-# the parts of a policy that check the words: their design name, and the offramp each reads
+# the parts of a policy that check the words, with their design names; "-late": on the full local decode
 WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM", "ppl-late": "Late-PPL"}
-WORD_OFFRAMPS = {"ppl": "ppl", "bilstm": "bilstm", "ppl-late": "ppl"}
+LATE = "-late"
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ class RoutingOptions:
         words = self._word_offramp(bilstm)
         if self.policy in WORD_CHECKS:
             return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy],
-                                 after_decode=self.policy.endswith("-late"))
+                                 after_decode=self.policy.endswith(LATE))
         if intent is None:
             raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
                              "`pasu offramp train`)")
@@ -241,7 +241,7 @@ class RoutingOptions:
     @property
     def word_check(self) -> str | None:
         """The word-error offramp the named policy reads ("ppl", "bilstm"), or None."""
-        return WORD_OFFRAMPS.get(self.word_part)
+        return self.word_part.removesuffix(LATE) if self.word_part else None
 
     def _check_thresholds(self) -> None:
         """ValueError naming each threshold the policy reads that is still unset."""
