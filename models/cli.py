@@ -424,12 +424,17 @@ def _register_lm(sub: argparse._SubParsersAction) -> None:
                "  pasu lm train --model exp/device --corpus data/corpus-full --exp exp/lm --out exp/lm/folder "
                "--max-minutes 30   # time box; run again to go on\n"
                "  pasu lm train --model models/shipped/device --corpus extra.txt --dev dev.txt --exp exp/lm-text "
-               "--out exp/lm-text/folder   # one target string (or sentence) per line",
+               "--out exp/lm-text/folder   # one target string (or sentence) per line\n"
+               "  pasu lm train --model models/shipped/device --corpus data/corpus-full --also "
+               "data/pseudo-train-slots.jsonl --also data/swap-lm.jsonl --exp exp/lm-more --out exp/lm-more/folder",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--model", type=Path, required=True,
                        help="the ASR model whose tokenizer the LM reads: a packaged folder or a `pasu train` EXPDIR")
     train.add_argument("--corpus", type=Path, required=True,
                        help="a corpus folder (its train.jsonl) or a text file with one target string per line")
+    train.add_argument("--also", type=Path, action="append", default=[], metavar="SOURCE",
+                       help="more training text: a corpus folder, a sentence file (.jsonl, e.g. `pasu corpus "
+                            "swap-slots`'s) or a text file; repeatable")
     train.add_argument("--dev", type=Path, default=None,
                        help="dev sentences for the perplexity: corpus folder or text file (default: the corpus's dev)")
     train.add_argument("--exp", type=Path, required=True, help="training folder (checkpoint, log); reused to resume")
@@ -524,10 +529,10 @@ def _lm_train(args: argparse.Namespace) -> int:
             section, name, _, _ = _LM_FLAGS[flag]
             config = dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section),
                                                                                  **{name: value})})
-    flags = [("--model", args.model), ("--corpus", args.corpus), ("--dev", args.dev), ("--exp", args.exp),
-             ("--out", args.out), ("--name", args.name), *given.items()]
+    flags = [("--model", args.model), ("--corpus", args.corpus), *(("--also", a) for a in args.also),
+             ("--dev", args.dev), ("--exp", args.exp), ("--out", args.out), ("--name", args.name), *given.items()]
     command = "pasu lm train " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags if v is not None)
-    result = train_lm(args.model, args.corpus, args.exp, config, dev=args.dev, command=command)
+    result = train_lm(args.model, args.corpus, args.exp, config, dev=args.dev, command=command, also=args.also)
     out = package_lm(args.exp, args.out, name=args.name)
     print(f"trained {result.steps} steps ({result.epochs} epochs); dev perplexity {result.dev_perplexity:.2f} "
           f"(step {result.best_step}); wrote {out}")

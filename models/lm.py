@@ -44,9 +44,11 @@ from tqdm import tqdm
 from espnet2.lm.espnet_model import ESPnetLanguageModel
 from espnet2.lm.seq_rnn_lm import SequentialRNNLM
 from pasu.config import from_dict
+from pasu.corpus.text import read_sentences
 from pasu.models.checkpoints import atomic_save, count_parameters, restore_checkpoint, save_checkpoint
 from pasu.models.data import load_split
 from pasu.models.package import TOKENIZER_FILE, WEIGHTS_FILE, half_state_dict, repo_relative
+from pasu.models.targets import encode_target
 from pasu.models.tokenizer import Tokenizer
 from pasu.models.train import OptimOptions, learning_rate
 from pasu.torch_threads import set_torch_threads
@@ -105,8 +107,10 @@ class LmConfig:
 
 
 def read_texts(source: str | os.PathLike, split: str) -> list[str]:
-    """Distinct target strings in first-seen order: a corpus folder's `<split>.jsonl` rows (encode_target), or
-    a text file's non-empty lines (target strings, or plain sentences: those teach words but no intents).
+    """Distinct target strings in first-seen order: a corpus folder's `<split>.jsonl` rows (encode_target), a
+    sentence file's rows (`.jsonl`, as `pasu corpus build --train-text` reads: `pasu corpus swap-slots`, `pasu
+    text-intent pseudo-label`), or a text file's non-empty lines (target strings, or plain sentences: those teach
+    words but no intents).
 
     Distinct, because the corpus renders each sentence in several voices: the copies are the same text, so
     an epoch over distinct sentences teaches the same in a fraction of the time.
@@ -114,6 +118,8 @@ def read_texts(source: str | os.PathLike, split: str) -> list[str]:
     source = Path(source)
     if source.is_dir():
         texts = [u.target for u in load_split(source, split)]
+    elif source.suffix == ".jsonl":
+        texts = [encode_target(s.text, s.intent, s.slots) for s in read_sentences(source)]
     else:
         texts = [" ".join(line.split()) for line in source.read_text().splitlines()]
     return list(dict.fromkeys(t for t in texts if t))
@@ -257,12 +263,15 @@ def train_lm(
     config: LmConfig = LmConfig(),
     dev: str | os.PathLike | None = None,
     command: str | None = None,
+    also: Sequence[str | os.PathLike] = (),
 ) -> LmTrainResult:
-    """Train (or resume) an LM on `corpus` (folder or text file) over `asr_model`'s tokenizer; dev perplexity on
-    `dev` (default: the corpus folder's dev split). `command` goes into the model card."""
-    corpus, exp_dir = Path(corpus), Path(exp_dir)
-    if not corpus.exists():
-        raise FileNotFoundError(f"{corpus}: no such corpus folder or text file")
+    """Train (or resume) an LM on `corpus` and the sources in `also` (each a corpus folder, sentence file or text
+    file) over `asr_model`'s tokenizer; dev perplexity on `dev` (default: the corpus folder's dev split).
+    `command` goes into the model card."""
+    corpus, exp_dir, also = Path(corpus), Path(exp_dir), [Path(a) for a in also]
+    for source in (corpus, *also):
+        if not source.exists():
+            raise FileNotFoundError(f"{source}: no such corpus folder, sentence file or text file")
     if dev is None and not corpus.is_dir():
         raise ValueError(f"{corpus} is a text file: give the dev sentences too (--dev)")
     dev = Path(dev) if dev is not None else corpus
@@ -272,13 +281,14 @@ def train_lm(
     exp_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = asr_tokenizer(asr_model)
     config = _prepare_experiment(exp_dir, config, tokenizer)
-    train_texts, dev_texts = read_texts(corpus, opts.train_split), read_texts(dev, opts.dev_split)
+    train_texts = list(dict.fromkeys(t for source in (corpus, *also) for t in read_texts(source, opts.train_split)))
+    dev_texts = read_texts(dev, opts.dev_split)
     train_seqs, dev_seqs = encode_texts(tokenizer, train_texts), encode_texts(tokenizer, dev_texts)
     if not train_seqs or not dev_seqs:
         raise ValueError(f"no training ({len(train_seqs)}) or dev ({len(dev_seqs)}) sentences")
     tokenizer.save(exp_dir / TOKENIZER_FILE)
     run = {"asr_model": str(Path(asr_model).resolve()), "corpus": str(corpus.resolve()), "dev": str(dev.resolve()),
-           "command": command, "train_sentences": len(train_seqs), "train_tokens": sum(map(len, train_seqs)),
+           "also": [str(a.resolve()) for a in also], "command": command, "train_sentences": len(train_seqs), "train_tokens": sum(map(len, train_seqs)),
            "dev_sentences": len(dev_seqs), "dev_tokens": sum(map(len, dev_seqs))}
     (exp_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 
@@ -433,6 +443,7 @@ def package_lm(exp_dir: str | os.PathLike, out_dir: str | os.PathLike, name: str
         "weights": WEIGHTS_FILE,
         "parameters": count_parameters(model),
         "training": {**run, **summary, **{k: repo_relative(run[k]) for k in ("asr_model", "corpus", "dev")},
+                     "also": [repo_relative(a) for a in run.get("also", [])],
                      "options": {k: v for k, v in stored.items() if k in ("optim", "train")}},
     }
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, width=120))
@@ -459,7 +470,8 @@ def lm_card(config: dict[str, Any], folder: str) -> str:
         "",
         "## Data",
         "",
-        f"- training: `{t['corpus']}`, {t['train_sentences']:,} distinct sentences, {t['train_tokens']:,} tokens",
+        f"- training: {', '.join(f'`{s}`' for s in [t['corpus'], *t.get('also', [])])}, "
+        f"{t['train_sentences']:,} distinct sentences, {t['train_tokens']:,} tokens",
         f"- dev: `{t['dev']}`, {t['dev_sentences']:,} distinct sentences, {t['dev_tokens']:,} tokens",
         "",
         "## Training",

@@ -82,6 +82,30 @@ def test_corpus_text_is_the_distinct_target_strings(corpus):
         "SLOT_END", "alarm_set SLOTS_UNKNOWN play some jazz music"]
 
 
+def test_a_sentence_file_reads_as_target_strings(tmp_path):
+    """The rows `pasu corpus swap-slots` and `pasu text-intent pseudo-label` write, as training targets."""
+    rows = [{"text": "wake me at seven am", "scenario": "alarm", "action": "set", "intent": "alarm_set",
+             "slots": [["time", "seven am"]], "sentence_id": "swap-1", "source": "slot_swap"},
+            {"text": "tell me a joke", "scenario": "general", "action": "joke", "intent": "general_joke",
+             "slots": None, "sentence_id": "pseudo-2", "source": "slurp_train_pseudo"}]
+    path = tmp_path / "sentences.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + rows[:1]))
+    assert read_texts(path, "train") == ["alarm_set wake me at SLOT_time seven am SLOT_END",
+                                         "general_joke SLOTS_UNKNOWN tell me a joke"]
+
+
+def test_more_sources_join_the_training_text_once(asr_folder, corpus, tmp_path):
+    extra = tmp_path / "extra.txt"
+    extra.write_text("alarm_set wake me up at SLOT_time six am SLOT_END\n" + read_texts(corpus, "train")[0] + "\n")
+    train_lm(asr_folder, corpus, tmp_path / "exp", _steps(TINY, 2), also=[extra])
+    run = json.loads((tmp_path / "exp" / "run.json").read_text())
+    assert run["train_sentences"] == 4  # the corpus's three and one new; the repeated one counted once
+    card = (package_lm(tmp_path / "exp", tmp_path / "lm") / "README.md").read_text()
+    assert f"`{extra}`" in card and "4 distinct sentences" in card
+    with pytest.raises(FileNotFoundError, match="no such corpus folder, sentence file or text file"):
+        train_lm(asr_folder, corpus, tmp_path / "exp2", _steps(TINY, 2), also=[tmp_path / "missing.jsonl"])
+
+
 def test_train_package_load_round_trip(asr_folder, corpus, tmp_path):
     tokenizer = Tokenizer(asr_folder / "tokenizer.model")
     dev = encode_texts(tokenizer, read_texts(corpus, "dev"))
