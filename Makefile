@@ -22,12 +22,15 @@ demo: $(STAMP) tts
 
 # The corpora every measured number in the README uses (about 22 minutes on 2 cores; a build resumes where it
 # stopped and an existing one takes seconds): the full corpus, and the pseudo-labelled SLURP sentences that the
-# device model trained on and its intent reader learns. Needs the shared SLURP text ($$PASU_SHARED_DATA, else ../shared/data).
+# device model trained on and its intent reader learns, and the slot-swapped sentences the shipped LM also read
+# (text only, seconds). Needs the shared SLURP text ($$PASU_SHARED_DATA, else ../shared/data).
 corpora: $(STAMP) tts
 	$(VENV)/bin/pasu corpus build --preset full --out data/corpus-full
 	test -s data/pseudo-train-slots.jsonl || $(VENV)/bin/pasu text-intent pseudo-label --out data/pseudo-train-slots.jsonl
 	$(VENV)/bin/pasu corpus build --preset full --out data/corpus-full-p4 --train-variant 4 \
 	  --train-text data/pseudo-train-slots.jsonl --train-utterances 19200 --voices data/corpus-full/build.json --splits train
+	test -s data/swap-lm.jsonl || $(VENV)/bin/pasu corpus swap-slots --count 40000 --seed 100 --out data/swap-lm.jsonl \
+	  --also data/pseudo-train-slots.jsonl
 
 # A hard crash leaves tests/conftest.py's crash log (test in progress, every thread's stack): shown first.
 test: $(STAMP) tts

@@ -16,6 +16,7 @@ from pasu.models.lm import (
     LmNetOptions,
     LmTrainOptions,
     build_lm,
+    check_token_list,
     encode_texts,
     load_lm,
     package_lm,
@@ -214,3 +215,16 @@ def test_the_commands_end_to_end(asr_folder, tmp_path, capsys):
     results = json.loads(out.read_text())
     assert results["decoding"]["lm"] == str(tmp_path / "lm") and results["decoding"]["lm_weight"] == 0.5
     assert 0.0 <= results["dev"]["wer"]
+
+
+def test_the_shipped_lm_reads_the_shipped_devices_tokens_and_knows_a_command_from_a_jumble():
+    from pasu.settings import shipped_model
+
+    lm = load_lm(shipped_model("lm"))
+    tokenizer = Tokenizer(shipped_model("device") / "tokenizer.model")
+    check_token_list(lm, tokenizer.token_list)  # what decoding checks before it fuses the LM
+    command = "alarm_set wake me up at SLOT_time seven am SLOT_END tomorrow"
+    intent, *words = command.split()
+    jumble = " ".join([intent, *reversed(words)])
+    ppl_command, ppl_jumble = (perplexity(lm.model, encode_texts(tokenizer, [t])) for t in (command, jumble))
+    assert ppl_command < 10 < 5 * ppl_command < ppl_jumble
