@@ -1,9 +1,11 @@
 """`pasu lm train`: a token-level language model over an ASR model's tokenizer, for shallow fusion.
 
-The cloud decodes with the device's acoustic model and a wider beam, and adds `lm_weight` x this LM's
-log-probability of each token to the beam search's scores (DecodingOptions.lm, models/recognizer.py). The LM
-reads the same token ids as the ASR model (its tokenizer.model / token_list), on the same target strings
-(models/targets.py: intent first, then the words with slot markup), so it scores intents and slot markup too.
+A search that fuses it (ESPnet's, DecodingOptions.lm in models/recognizer.py, or the device agent's own) adds
+`lm_weight` x this LM's log-probability of each token to its scores. The LM reads the same token ids as the ASR
+model (its tokenizer.model / token_list), on the same target strings (models/targets.py: intent first, then the
+words with slot markup), so it scores intents and slot markup too.
+Text need not have been rendered as speech: `--also` adds sentence files (`pasu corpus swap-slots`, `pasu
+text-intent pseudo-label`) or text files to the corpus's training sentences.
 
 The network is ESPnet's SequentialRNNLM (an LSTM) inside ESPnetLanguageModel, as ESPnet's LM task builds
 it: the state-dict keys are ESPnet's, and `model.lm` is the scorer that ESPnet's Speech2Text puts into its
@@ -288,7 +290,8 @@ def train_lm(
         raise ValueError(f"no training ({len(train_seqs)}) or dev ({len(dev_seqs)}) sentences")
     tokenizer.save(exp_dir / TOKENIZER_FILE)
     run = {"asr_model": str(Path(asr_model).resolve()), "corpus": str(corpus.resolve()), "dev": str(dev.resolve()),
-           "also": [str(a.resolve()) for a in also], "command": command, "train_sentences": len(train_seqs), "train_tokens": sum(map(len, train_seqs)),
+           "also": [str(a.resolve()) for a in also], "command": command, "train_sentences": len(train_seqs),
+           "train_tokens": sum(map(len, train_seqs)),
            "dev_sentences": len(dev_seqs), "dev_tokens": sum(map(len, dev_seqs))}
     (exp_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 
