@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ import numpy as np
 from pasu.settings import REPO_ROOT, shipped_model
 
 if TYPE_CHECKING:
+    from pasu.device.agent import AgentOptions
     from pasu.device.routing import Policy
     from pasu.device.runtime import DeviceModel
 
@@ -45,6 +46,10 @@ class DemoOptions:
     threshold: float | None = None
     level: str = "M"  # the calibrated operating point (routing.level): Offload-L, -M or -H
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
+    # a `pasu lm train` folder fused into the final local decode (agent.lm; e.g. models/shipped/lm); "": none.
+    # The pilots, and so the offloading decisions, do not read it
+    lm: str = ""
+    lm_weight: float = 0.2  # its weight with `lm` (the shipped LM's, chosen on dev: its card)
     seed: int = 0  # noise
 
 
@@ -65,6 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--level", choices=("L", "M", "H"), default=DemoOptions.level,
                    help="the calibrated operating point: Offload-L, -M or -H, which offloaded 25%%, 47%% or 63%% of "
                         f"the model's dev calibration utterances (default {DemoOptions.level})")
+    p.add_argument("--lm", default=DemoOptions.lm or None,
+                   help="token LM folder fused into the final local decode, e.g. models/shipped/lm (default: none)")
+    p.add_argument("--lm-weight", type=float, default=DemoOptions.lm_weight,
+                   help=f"the LM's weight with --lm (default {DemoOptions.lm_weight})")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)
@@ -72,13 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from pasu.corpus.tts import TTSError
-    from pasu.device.agent import AgentOptions
+    from pasu.device.agent import AgentOptions, use_lm_of
     from pasu.device.offramp_train import load_device_model
     from pasu.models.recognizer import is_model_folder
     from pasu.torch_threads import set_torch_threads
 
     options = DemoOptions(utterances=args.utterances, policy=args.policy, threshold=args.threshold,
-                          level=args.level, realtime=not args.fast)
+                          level=args.level, realtime=not args.fast, lm=args.lm or "", lm_weight=args.lm_weight)
     for folder in (args.model,):
         if not (folder / "config.yaml").is_file():
             print(f"error: no model at {folder}", file=sys.stderr)
@@ -89,8 +98,10 @@ def _run(args: argparse.Namespace) -> int:
     set_torch_threads(AgentOptions().threads)  # the agent's own setting, as `pasu device run` applies it
     model = load_device_model(args.model)
     try:
+        use_lm_of(model, agent_options(options))
         policy = demo_policy(model, args.model, options)
-    except ValueError as error:  # no threshold: the model is not calibrated and --threshold was not given
+    except (OSError, ValueError) as error:  # not an LM folder or other tokens; or no threshold: the model is not
+        # calibrated and --threshold was not given
         print(f"error: {error}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
@@ -208,20 +219,30 @@ def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Po
         return policy("ppl")
 
 
+def agent_options(options: DemoOptions) -> AgentOptions:
+    """The agent as shipped, with the demo's LM in its final decode."""
+    from pasu.device.agent import AgentOptions
+
+    shipped = AgentOptions()
+    if not options.lm:
+        return shipped
+    return replace(shipped, lm=options.lm, final_search=replace(shipped.final_search, lm_weight=options.lm_weight))
+
+
 def run_agent(model: DeviceModel, policy: Policy, address: str, samples: list[dict],
               options: DemoOptions) -> list[dict]:
     """Each sample through the device agent with the cloud at `address`: the samples with their results."""
     from tqdm import tqdm
 
-    from pasu.device.agent import AgentOptions, DeviceAgent, play_realtime, replay
+    from pasu.device.agent import DeviceAgent, play_realtime, replay
     from pasu.device.audio import load_audio
     from pasu.device.cloud_client import CloudClient
 
-    rows = []
+    rows, agent_opts = [], agent_options(options)
     with CloudClient(address, deadline_s=5.0) as cloud:
-        agent = DeviceAgent(model, AgentOptions(), policy, cloud)
+        agent = DeviceAgent(model, agent_opts, policy, cloud)
         first = load_audio(samples[0]["audio"])
-        replay(model, first, AgentOptions())  # warm-up: first calls are slow, on both sides
+        replay(model, first, agent_opts)  # warm-up: first calls are slow, on both sides
         cloud.understand(first, 16000, "warm-up")
         for sample in tqdm(samples, desc="utterances (real-time pace)" if options.realtime else "utterances",
                            unit="utt", file=sys.stderr):
@@ -229,7 +250,7 @@ def run_agent(model: DeviceModel, policy: Policy, address: str, samples: list[di
             if options.realtime:
                 result = play_realtime(agent, audio, sample["id"])
             else:
-                result = replay(model, audio, AgentOptions(), policy, cloud, utterance_id=sample["id"])
+                result = replay(model, audio, agent_opts, policy, cloud, utterance_id=sample["id"])
             rows.append({**sample, "result": result})
             tqdm.write(f"  {sample['id']}: {result.route:8s} {1000 * result.latency:5.0f} ms  {result.intent}  "
                        f"| {result.text}", file=sys.stderr)

@@ -99,7 +99,7 @@ def test_pasu_help_has_an_example():
     (["train", "--config", "{tmp}/missing.yaml", "--corpus", "{tmp}", "--out", "{tmp}/exp"],
      "error: {tmp}/missing.yaml: No such file or directory"),
     (["lm", "train", "--model", "{tmp}", "--corpus", "{tmp}/no-corpus", "--exp", "{tmp}/e", "--out", "{tmp}/lm"],
-     "error: {tmp}/no-corpus: no such corpus folder or text file"),
+     "error: {tmp}/no-corpus: no such corpus folder, sentence file or text file"),
     (["offramp", "train", "{tmp}/model", "--corpus", "{tmp}", "--limit", "2"],
      "render it with `pasu corpus build --splits dev`"),
 ])

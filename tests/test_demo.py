@@ -79,3 +79,26 @@ def test_the_demo_says_what_to_install_without_espeak(tmp_path, capsys, monkeypa
     assert main(["demo", "--model", str(model), "--cloud-model", str(model), "--utterances", "1", "--fast",
                  "--policy", "ppl", "--threshold", "1", "--out", str(tmp_path / "out")]) == 2
     assert "make tts" in capsys.readouterr().err
+
+
+def test_the_demo_fuses_an_lm_into_the_final_decode_only():
+    from pasu.demo import DemoOptions, agent_options
+    from pasu.device.agent import AgentOptions
+
+    assert agent_options(DemoOptions()) == AgentOptions()  # the agent as shipped
+    with_lm = agent_options(DemoOptions(lm="models/shipped/lm"))
+    assert with_lm.lm == "models/shipped/lm" and with_lm.final_search.lm_weight == 0.2
+    assert with_lm.pilot == AgentOptions().pilot  # the pilots, and so the offloading decisions, stay as they were
+
+
+def test_the_demo_refuses_an_lm_over_other_tokens_before_it_starts(tmp_path, capsys):
+    from pasu.cli import main
+    from pasu.settings import shipped_model
+
+    import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
+
+    model = support.write_model_folder(tmp_path / "model")  # a tiny tokenizer, not the shipped device's
+    assert main(["demo", "--model", str(model), "--cloud-model", str(model), "--utterances", "1", "--fast",
+                 "--policy", "ppl", "--threshold", "1", "--lm", str(shipped_model("lm")),
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "another token list" in capsys.readouterr().err and not (tmp_path / "out").exists()
