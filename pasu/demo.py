@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--level", choices=("L", "M", "H"), default=DemoOptions.level,
                    help="the calibrated operating point: Offload-L, -M or -H, which offloaded 25%%, 47%% or 63%% of "
                         f"the model's dev calibration utterances (default {DemoOptions.level})")
-    p.add_argument("--lm", default=DemoOptions.lm or None,
+    p.add_argument("--lm", default=None,
                    help="token LM folder fused into the final local decode, e.g. models/shipped/lm (default: none)")
     p.add_argument("--lm-weight", type=float, default=DemoOptions.lm_weight,
                    help=f"the LM's weight with --lm (default {DemoOptions.lm_weight})")
@@ -98,10 +98,9 @@ def _run(args: argparse.Namespace) -> int:
     set_torch_threads(AgentOptions().threads)  # the agent's own setting, as `pasu device run` applies it
     model = load_device_model(args.model)
     try:
-        use_lm_of(model, agent_options(options))
-        policy = demo_policy(model, args.model, options)
-    except (OSError, ValueError) as error:  # not an LM folder or other tokens; or no threshold: the model is not
-        # calibrated and --threshold was not given
+        use_lm_of(model, agent_options(options))  # OSError / ValueError: not an LM folder, or other tokens
+        policy = demo_policy(model, args.model, options)  # ValueError: not calibrated, and no --threshold
+    except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
