@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pasu.config import given
-from pasu.settings import shipped_model
+from pasu.settings import SHIPPED_LM_WEIGHT, shipped_model
 
 # routing.PolicyName's values, written out: importing routing here would load torch for every `pasu` command
 POLICIES = ("on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "intent", "ppl+intent", "bilstm+intent")
@@ -96,7 +96,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--lm", default=None,
                      help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
     run.add_argument("--lm-weight", type=float, default=None,
-                     help="the LM's weight in the final decode (agent.final_search.lm_weight; default 0: off)")
+                     help="the LM's weight in the final decode (agent.final_search.lm_weight; default: the "
+                          f"config's, or {SHIPPED_LM_WEIGHT} with --lm when the config has none)")
     # float32 is left out: twice pcm16's bytes for no accuracy a microphone's 16 bits do not already give
     run.add_argument("--encoding", choices=("pcm16", "flac", "opus"), default=None,
                      help="how the waveform is uploaded (routing.encoding; opus for slow uplinks)")
@@ -127,7 +128,10 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
                                               intent_threshold=args.intent_threshold, level=args.level,
                                               encoding=args.encoding,
                                               tls=_tls(args, config.routing.tls)))
-    final_search = replace(config.agent.final_search, **given(lm_weight=args.lm_weight))
+    lm_weight = args.lm_weight
+    if lm_weight is None and args.lm is not None and not config.agent.final_search.lm_weight:
+        lm_weight = SHIPPED_LM_WEIGHT  # --lm alone means fuse it, not load it at weight 0
+    final_search = replace(config.agent.final_search, **given(lm_weight=lm_weight))
     agent = replace(config.agent, pilot=pilot, final_search=final_search, **given(lm=args.lm))
     return replace(config, agent=agent, routing=routing)
 

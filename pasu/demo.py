@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pasu.settings import REPO_ROOT, shipped_model
+from pasu.settings import REPO_ROOT, SHIPPED_LM_WEIGHT, shipped_model
 
 if TYPE_CHECKING:
     from pasu.device.agent import AgentOptions
@@ -49,7 +49,7 @@ class DemoOptions:
     # a `pasu lm train` folder fused into the final local decode (agent.lm; e.g. models/shipped/lm); "": none.
     # The pilots, and so the offloading decisions, do not read it
     lm: str = ""
-    lm_weight: float = 0.2  # its weight with `lm` (the shipped LM's, chosen on dev: its card)
+    lm_weight: float = SHIPPED_LM_WEIGHT  # its weight with `lm` (the shipped LM's, chosen on dev: its card)
     seed: int = 0  # noise
 
 

@@ -7,6 +7,7 @@ import torch
 
 from pasu.cli import build_parser
 from pasu.device.cli import DEFAULT_CONFIG, config_from_args
+from pasu.settings import SHIPPED_LM_WEIGHT
 from pasu.device.config import DeviceConfig
 
 
@@ -170,6 +171,12 @@ def test_lm_flags(parser):
     assert (config.agent.lm, config.agent.final_search.lm_weight) == ("some/lm", 0.2)
     assert config.agent.pilot.search.lm_weight == 0.0  # pilots stay as they were
     assert config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav"])).agent.lm == ""
+    # --lm alone fuses the LM at the shipped one's weight, instead of loading it to weigh nothing
+    alone = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--lm", "some/lm"]))
+    assert alone.agent.final_search.lm_weight == SHIPPED_LM_WEIGHT > 0
+    off = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--lm", "some/lm",
+                                              "--lm-weight", "0"]))
+    assert off.agent.final_search.lm_weight == 0.0  # an explicit weight wins
 
 
 def test_tls_flags_over_the_yaml(parser, tmp_path, cloud_support):
