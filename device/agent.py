@@ -41,6 +41,7 @@ from pasu.device.timeline import Timeline
 
 from pasu.metrics import SluResult
 from pasu.models.recognizer import Recognition
+from pasu.settings import SHIPPED_LM_WEIGHT
 from pasu.torch_threads import adopt_torch_threads
 
 Decoder = Literal["pilot", "espnet_batch", "espnet_beam"]
@@ -451,6 +452,16 @@ def espnet_search_for(model: DeviceModel, options: AgentOptions) -> Any:
     o = options.final_search
     return model.espnet_search(o.beam_size, o.ctc_weight, batch=options.decoder == "espnet_batch",
                                lm_weight=o.lm_weight)
+
+
+def fusing_lm(options: AgentOptions, lm: str | None, weight: float | None = None) -> AgentOptions:
+    """`options` with the LM folder `lm` (None or "": the options' own) in the final decode at `weight`; None: the
+    options' own weight, or the shipped LM's when they have none and `lm` is given (asking for an LM means fusing
+    it, not loading it to weigh 0)."""
+    if weight is None and lm and not options.final_search.lm_weight:
+        weight = SHIPPED_LM_WEIGHT
+    final = options.final_search if weight is None else replace(options.final_search, lm_weight=weight)
+    return replace(options, lm=lm or options.lm, final_search=final)
 
 
 def use_lm_of(model: DeviceModel, options: AgentOptions) -> None:

@@ -119,6 +119,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     """DeviceConfig: YAML (or defaults), then every flag that was given."""
     from dataclasses import replace
 
+    from pasu.device.agent import fusing_lm
     from pasu.device.config import load_config
 
     config = load_config(args.config)
@@ -128,11 +129,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
                                               intent_threshold=args.intent_threshold, level=args.level,
                                               encoding=args.encoding,
                                               tls=_tls(args, config.routing.tls)))
-    lm_weight = args.lm_weight
-    if lm_weight is None and args.lm is not None and not config.agent.final_search.lm_weight:
-        lm_weight = SHIPPED_LM_WEIGHT  # --lm alone means fuse it, not load it at weight 0
-    final_search = replace(config.agent.final_search, **given(lm_weight=lm_weight))
-    agent = replace(config.agent, pilot=pilot, final_search=final_search, **given(lm=args.lm))
+    agent = fusing_lm(replace(config.agent, pilot=pilot), args.lm, args.lm_weight)
     return replace(config, agent=agent, routing=routing)
 
 

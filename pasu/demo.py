@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +49,7 @@ class DemoOptions:
     # a `pasu lm train` folder fused into the final local decode (agent.lm; e.g. models/shipped/lm); "": none.
     # The pilots, and so the offloading decisions, do not read it
     lm: str = ""
-    lm_weight: float = SHIPPED_LM_WEIGHT  # its weight with `lm` (the shipped LM's, chosen on dev: its card)
+    lm_weight: float | None = None  # its weight with `lm`; None: the shipped LM's (SHIPPED_LM_WEIGHT)
     seed: int = 0  # noise
 
 
@@ -73,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm", default=None,
                    help="token LM folder fused into the final local decode, e.g. models/shipped/lm (default: none)")
     p.add_argument("--lm-weight", type=float, default=DemoOptions.lm_weight,
-                   help=f"the LM's weight with --lm (default {DemoOptions.lm_weight})")
+                   help=f"the LM's weight with --lm (default: the shipped LM's, {SHIPPED_LM_WEIGHT})")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)
@@ -220,12 +220,9 @@ def demo_policy(model: DeviceModel, model_dir: Path, options: DemoOptions) -> Po
 
 def agent_options(options: DemoOptions) -> AgentOptions:
     """The agent as shipped, with the demo's LM in its final decode."""
-    from pasu.device.agent import AgentOptions
+    from pasu.device.agent import AgentOptions, fusing_lm
 
-    shipped = AgentOptions()
-    if not options.lm:
-        return shipped
-    return replace(shipped, lm=options.lm, final_search=replace(shipped.final_search, lm_weight=options.lm_weight))
+    return fusing_lm(AgentOptions(), options.lm, options.lm_weight)
 
 
 def run_agent(model: DeviceModel, policy: Policy, address: str, samples: list[dict],

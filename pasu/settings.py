@@ -28,7 +28,8 @@ def shipped_model(name: str) -> Path:
 
 
 # The weight of an LM fused into the device's final decode when none is given (`pasu device run --lm`, `pasu
-# demo --lm`): the shipped LM's, chosen on 300 dev utterances (models/shipped/lm/README.md).
+# demo --lm`, through pasu.device.agent.fusing_lm): the shipped LM's, chosen on 300 dev utterances
+# (models/shipped/lm/README.md).
 SHIPPED_LM_WEIGHT = 0.2
 
 # Files derived from shipped ones and built once (e.g. Whisper with an adapted decoder): $PASU_CACHE.
