@@ -22,6 +22,7 @@ LABELS = ("bad", "wer")
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from pasu.device.agent import AgentOptions
     from pasu.device.intent_offramp import IntentEvidence
     from pasu.device.offramp_data import OfframpSample
     from pasu.models.intent_reader import IntentReader, ReaderOptions
@@ -74,6 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--label", choices=LABELS, default="bad",
                        help="what the BiLSTM and CNN learn to predict: bad, whether local WER is above --bad-wer (the "
                             "paper's label); wer, the local WER itself (clipped to 1) as a soft label")
+    train.add_argument("--lm", default=None,
+                       help="token LM folder (`pasu lm train`) fused into the replays' final local decode, as the agent "
+                            "that will use these offramps fuses it (`pasu device run --lm`): the labels are then that "
+                            "decode's errors; the pilots the offramps read do not change")
+    train.add_argument("--lm-weight", type=float, default=None,
+                       help="the LM's weight in the final decode (default with --lm: the shipped LM's)")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
     show = commands.add_parser(
@@ -91,6 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from pasu.device.agent import AgentOptions, fusing_lm, use_lm_of
     from pasu.device.held_out_reader import readers_without
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
@@ -111,8 +119,10 @@ def run_train(args: argparse.Namespace) -> int:
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check; a reader that learned the split's sentences reads none of them
     model = load_device_model(args.model, out)
+    agent = fusing_lm(AgentOptions(), args.lm, args.lm_weight)
+    use_lm_of(model, agent)
     held_out = readers_without(reader, args.corpus, args.split) if args.reader_learns_split else None
-    replay = Replayer(model, args.corpus, args.split, held_out)
+    replay = Replayer(model, args.corpus, args.split, held_out, agent)
     samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None
@@ -128,6 +138,7 @@ def run_train(args: argparse.Namespace) -> int:
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "reader_corpora": [str(c) for c in [args.corpus, *args.reader_corpus]],
                    "reader_learns_split": args.reader_learns_split,
+                   "lm": agent.lm, "lm_weight": agent.final_search.lm_weight,
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     trained.save(out)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
@@ -145,8 +156,9 @@ def run_show(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    lm = f", LM {report['lm']} at {report['lm_weight']} in the final decode" if report.get("lm") else ""
     print(f"{folder}: calibrated on {report.get('utterances', '?')} {report.get('split', '?')} utterances of "
-          f"{report.get('model', '?')}, cloud {report.get('cloud_model') or 'none'}")
+          f"{report.get('model', '?')}, cloud {report.get('cloud_model') or 'none'}{lm}")
     print_report(report)
     return 0
 
@@ -215,12 +227,14 @@ def wer_target_table(report: dict) -> list[str]:
     return lines
 
 
-def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequence[Utterance], cache: Path) -> list:
-    """Replays of `utterances` by the device model, from the cache when it holds exactly these."""
+def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequence[Utterance], cache: Path,
+                  options: AgentOptions | None = None) -> list:
+    """Replays of `utterances` by the device model as an agent with `options` (default: the agent's defaults), from
+    the cache when it holds exactly these; an LM the options name must already be in the model (use_lm_of)."""
     from pasu.device.agent import AgentOptions
     from pasu.device.offramp_data import cache_key, collect, load_or_collect
 
-    options = AgentOptions()
+    options = options or AgentOptions()
     reader = model.intent_mixture.digest() if model.intent_mixture else None
     key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options, reader)
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
@@ -260,18 +274,19 @@ class Replayer:
     """Replays utterances of a split by the device model (cached), each read by the model's own intent reader or,
     given fold readers (`held_out_reader.readers_without`), by the reader of its sentence's fold."""
 
-    def __init__(self, model: DeviceModel, corpus: Path, split: str, readers: Sequence[IntentReader] | None = None):
-        self.model, self.corpus, self.split, self.readers = model, corpus, split, readers
+    def __init__(self, model: DeviceModel, corpus: Path, split: str, readers: Sequence[IntentReader] | None = None,
+                 options: AgentOptions | None = None):
+        self.model, self.corpus, self.split, self.readers, self.options = model, corpus, split, readers, options
 
     def __call__(self, utterances: Sequence[Utterance], cache: Path) -> list:
         if not self.readers:
-            return collect_split(self.model, self.corpus, self.split, utterances, cache)
+            return collect_split(self.model, self.corpus, self.split, utterances, cache, self.options)
         from pasu.device.held_out_reader import read_by_fold
 
         def collect_fold(fold: int, positions: list[int]) -> list:
             part = [utterances[i] for i in positions]
             fold_cache = cache.with_name(f"{cache.stem}.fold{fold}{cache.suffix}")
-            return collect_split(self.model, self.corpus, self.split, part, fold_cache)
+            return collect_split(self.model, self.corpus, self.split, part, fold_cache, self.options)
 
         return read_by_fold(self.model, self.readers, [u.text for u in utterances], collect_fold)
 

@@ -36,6 +36,7 @@ from pasu.bench.hybrid_eval import (
 )
 from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
 from pasu.files import write_text_atomic
+from pasu.settings import SHIPPED_LM_WEIGHT
 
 if TYPE_CHECKING:
     from pasu.device.routing import Offramp
@@ -62,6 +63,11 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--encoding", default="pcm16",
                         help="upload encoding (pcm16, float32, flac, opus) for every profile, or per profile: poor=opus,wifi=pcm16 "
                              "(unnamed profiles: pcm16)")
+    parser.add_argument("--lm", default=None,
+                        help="token LM folder (`pasu lm train`) fused into the device's final local decode, as "
+                             "`pasu device run --lm` does; the pilots, and so the offloading decisions, do not change")
+    parser.add_argument("--lm-weight", type=float, default=None,
+                        help=f"the LM's weight in the final decode (default with --lm: {SHIPPED_LM_WEIGHT})")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
     parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")
@@ -73,6 +79,7 @@ def register(benches: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pasu.device.agent import AgentOptions, fusing_lm, use_lm_of
     from pasu.device.held_out_reader import model_reader_learned
     from pasu.device.offramp_cli import collect_split
     from pasu.device.offramp_train import OFFRAMP_DIR, intent_offramp, load_device_model, load_offramps
@@ -88,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     offramps = load_offramps(offramp_folder)
     report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
+    options = fusing_lm(AgentOptions(), args.lm, args.lm_weight)
+    use_lm_of(model, options)
     intent = intent_offramp(model, offramp_folder, offramps.intent) if "intent" in report else None
     learned = model_reader_learned(model, args.corpus, args.split)
     if learned:  # its answers and the intent check would read sentences the reader knows
@@ -95,18 +104,22 @@ def run(args: argparse.Namespace) -> int:
               "--reader-learns-split): its intents and the intent check are optimistic there; bench on test",
               file=sys.stderr)
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
-    samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl")
+    samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl",
+                            options)
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     encodings = upload_encodings(args.encoding, profiles)
     calls, proxies = measured_offloads(cloud_model, utterances, samples, encodings, args.deadline, args.seed, args.out,
                                        reuse=args.reuse_offloads)
     results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "offramps": str(offramp_folder),
                "bilstm_label": learned_label(report["bilstm"]["train"]), "split": args.split,
+               "lm": options.lm, "lm_weight": options.final_search.lm_weight,
                "utterances": len(samples), "intent_reader_learned_split": learned, "network_emulation": EMULATION,
                "profiles": {}}
     print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
     print(f"network emulation: {EMULATION}")
     print(f"offramps: {offramp_folder}; the BiLSTM learned {results['bilstm_label']}")
+    if options.lm:
+        print(f"LM {options.lm} fused into the final local decode at weight {options.final_search.lm_weight}")
     for profile in profiles:
         result = evaluate_profile(samples, calls[profile], offramps.bilstm, report, intent, offramps.cnn)
         result["proxy"] = proxies[profile]

@@ -173,3 +173,48 @@ def test_offramp_show_prints_a_models_calibration(tmp_path, capsys):
     assert lines[9] == "intent: not measurable (one class only)"
     args = parser.parse_args(["offramp", "show", str(tmp_path / "offramp")])  # the offramp folder itself
     assert args.run(args) == 0 and capsys.readouterr().out.splitlines()[1:] == lines[1:]
+
+
+def test_replays_with_an_lm_answer_with_it_and_judge_the_same_pilots(with_lm, speech_like, tmp_path):
+    from pasu.device.agent import AgentOptions, fusing_lm, replay
+    from pasu.device.offramp_cli import collect_split
+
+    path = tmp_path / "u0.flac"
+    soundfile.write(path, speech_like(2.6, seed=20), 16000, subtype="PCM_16")
+    utterances = [Utterance("u0", path, 2.6, "", "set an alarm for seven", "alarm_set", ())]
+    fused = fusing_lm(AgentOptions(), None, 0.5)  # the fixture's model already holds its LM
+    plain = collect_split(with_lm, tmp_path, "dev", utterances, tmp_path / "plain.jsonl")[0]
+    with_it = collect_split(with_lm, tmp_path, "dev", utterances, tmp_path / "fused.jsonl", fused)[0]
+    assert with_it.pilots >= 1 and with_it.early == plain.early  # the offloading decision reads the same pilot
+    audio = soundfile.read(path, dtype="float32")[0]
+    assert with_it.local.text == replay(with_lm, audio, fused).text
+    assert with_it.final.tokens != plain.final.tokens  # the LM had a say in the local answer
+    # the cache is per options: the plain replays are not taken for the fused ones
+    again = collect_split(with_lm, tmp_path, "dev", utterances, tmp_path / "plain.jsonl", fused)[0]
+    assert again.local == with_it.local != plain.local
+
+
+def test_offramps_trained_for_an_agent_with_an_lm_record_it_and_show_it(tmp_path, capsys):
+    """`--lm`: the replays answer with the LM fused at the shipped weight, the calibration says so, and `pasu offramp
+    show` prints it beside what it was calibrated on."""
+    from pasu.cli import build_parser
+    from pasu.models.data import write_synthetic_corpus
+
+    model = support.write_model_folder(tmp_path / "model")
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=8, n_dev=4)
+    lm = tmp_path / "lm"
+    parser = build_parser()
+    args = parser.parse_args(["lm", "train", "--model", str(model), "--corpus", str(corpus), "--exp",
+                              str(tmp_path / "exp"), "--out", str(lm), "--units", "16", "--layers", "1", "--max-steps",
+                              "3", "--threads", "1"])
+    assert args.run(args) == 0
+    args = parser.parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2", "--lm", str(lm)])
+    assert args.run(args) == 0
+    report = json.loads((model / "offramp" / "offramp.json").read_text())
+    assert report["lm"] == str(lm) and report["lm_weight"] == 0.2
+    options = json.loads((model / "offramp" / "replays-dev.jsonl").read_text().splitlines()[0])["key"]["options"]
+    assert options["lm"] == str(lm) and options["final_search"]["lm_weight"] == 0.2  # the replays' agent fused it
+    capsys.readouterr()
+    args = parser.parse_args(["offramp", "show", str(model)])
+    assert args.run(args) == 0
+    assert f"LM {lm} at 0.2 in the final decode" in capsys.readouterr().out
