@@ -208,9 +208,10 @@ class CloudClient:
                 code, detail = grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}"
             if code != grpc.StatusCode.UNAVAILABLE:
                 break
-            if time.monotonic() >= deadline:
-                # the connection was still being set up when time ran out (a slow or partitioned link, not a
-                # refused one): gRPC says UNAVAILABLE, the user-facing cause is the deadline
+            if time.monotonic() >= deadline and "connection refused" not in detail.lower():
+                # the connection was still being set up when time ran out (a slow or partitioned link): gRPC
+                # says UNAVAILABLE, the user-facing cause is the deadline. A refusal stays UNAVAILABLE even when
+                # it arrives late (a loaded machine): nothing was listening, whatever the clock says
                 code, detail = grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline passed while connecting ({detail})"
                 break
             wait = self.retry.backoff(attempts, self._rng)
