@@ -32,6 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_timeline(commands)
 
 
+def add_lm_flags(parser: argparse.ArgumentParser, note: str = "") -> None:
+    """--lm and --lm-weight: a token LM fused into the device agent's final local decode (resolved by
+    pasu.device.agent.fusing_lm: --lm alone fuses at the config's weight, else the shipped LM's); `note` ends --lm's
+    help."""
+    parser.add_argument("--lm", default=None, metavar="DIR",
+                        help="token LM folder (`pasu lm train`, e.g. models/shipped/lm) fused into the final local "
+                             f"decode{note}")
+    parser.add_argument("--lm-weight", type=float, default=None,
+                        help="the LM's weight in the final decode (default with --lm: the agent config's where it "
+                             f"sets one, else the shipped LM's {SHIPPED_LM_WEIGHT})")
+
+
 def _add_run(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run", help="understand one audio file (or the microphone) and print the result",
@@ -93,11 +105,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                      help="the calibrated operating point for the thresholds not given: the paper's Offload-L, -M "
                           "or -H, which offloaded 25%%, 47%% or 63%% of the model's dev calibration utterances "
                           "(routing.level; default M)")
-    run.add_argument("--lm", default=None,
-                     help="token LM folder (`pasu lm train`) for shallow fusion in the final decode (agent.lm)")
-    run.add_argument("--lm-weight", type=float, default=None,
-                     help="the LM's weight in the final decode (agent.final_search.lm_weight; default: the "
-                          f"config's, or {SHIPPED_LM_WEIGHT} with --lm when the config has none)")
+    add_lm_flags(run, " (agent.lm; its weight: agent.final_search.lm_weight)")
     # float32 is left out: twice pcm16's bytes for no accuracy a microphone's 16 bits do not already give
     run.add_argument("--encoding", choices=("pcm16", "flac", "opus"), default=None,
                      help="how the waveform is uploaded (routing.encoding; opus for slow uplinks)")

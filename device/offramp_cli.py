@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from pasu.device.cli import add_lm_flags
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 
 from pasu.metrics import word_edits
@@ -75,12 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--label", choices=LABELS, default="bad",
                        help="what the BiLSTM and CNN learn to predict: bad, whether local WER is above --bad-wer (the "
                             "paper's label); wer, the local WER itself (clipped to 1) as a soft label")
-    train.add_argument("--lm", default=None,
-                       help="token LM folder (`pasu lm train`) fused into the replays' final local decode, as the agent "
-                            "that will use these offramps fuses it (`pasu device run --lm`): the labels are then that "
-                            "decode's errors; the pilots the offramps read do not change")
-    train.add_argument("--lm-weight", type=float, default=None,
-                       help="the LM's weight in the final decode (default with --lm: the shipped LM's)")
+    add_lm_flags(train, " of the replays, as the agent that will use these offramps fuses it (`pasu device run "
+                        "--lm`): the labels are then that decode's errors; the pilots the offramps read do not change")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
     show = commands.add_parser(

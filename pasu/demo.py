@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pasu.settings import REPO_ROOT, SHIPPED_LM_WEIGHT, shipped_model
+from pasu.device.cli import add_lm_flags
+from pasu.settings import REPO_ROOT, shipped_model
 
 if TYPE_CHECKING:
     from pasu.device.agent import AgentOptions
@@ -70,10 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--level", choices=("L", "M", "H"), default=DemoOptions.level,
                    help="the calibrated operating point: Offload-L, -M or -H, which offloaded 25%%, 47%% or 63%% of "
                         f"the model's dev calibration utterances (default {DemoOptions.level})")
-    p.add_argument("--lm", default=None,
-                   help="token LM folder fused into the final local decode, e.g. models/shipped/lm (default: none)")
-    p.add_argument("--lm-weight", type=float, default=DemoOptions.lm_weight,
-                   help=f"the LM's weight with --lm (default: the shipped LM's, {SHIPPED_LM_WEIGHT})")
+    add_lm_flags(p, "; the pilots, and so what is offloaded, do not change (default: none)")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)

@@ -36,7 +36,7 @@ from pasu.bench.hybrid_eval import (
 )
 from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
 from pasu.files import write_text_atomic
-from pasu.settings import SHIPPED_LM_WEIGHT
+from pasu.device.cli import add_lm_flags
 
 if TYPE_CHECKING:
     from pasu.device.routing import Offramp
@@ -63,11 +63,8 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--encoding", default="pcm16",
                         help="upload encoding (pcm16, float32, flac, opus) for every profile, or per profile: poor=opus,wifi=pcm16 "
                              "(unnamed profiles: pcm16)")
-    parser.add_argument("--lm", default=None,
-                        help="token LM folder (`pasu lm train`) fused into the device's final local decode, as "
-                             "`pasu device run --lm` does; the pilots, and so the offloading decisions, do not change")
-    parser.add_argument("--lm-weight", type=float, default=None,
-                        help=f"the LM's weight in the final decode (default with --lm: {SHIPPED_LM_WEIGHT})")
+    add_lm_flags(parser, ", as `pasu device run --lm` does; the pilots, and so the offloading decisions, do not "
+                         "change")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
     parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")

@@ -208,7 +208,8 @@ def test_offramps_trained_for_an_agent_with_an_lm_record_it_and_show_it(tmp_path
                               str(tmp_path / "exp"), "--out", str(lm), "--units", "16", "--layers", "1", "--max-steps",
                               "3", "--threads", "1"])
     assert args.run(args) == 0
-    args = parser.parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2", "--lm", str(lm)])
+    args = parser.parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2",
+                              "--lm", str(lm)])
     assert args.run(args) == 0
     report = json.loads((model / "offramp" / "offramp.json").read_text())
     assert report["lm"] == str(lm) and report["lm_weight"] == 0.2
