@@ -48,7 +48,7 @@ class DemoOptions:
     level: str = "M"  # the calibrated operating point (routing.level): Offload-L, -M or -H
     realtime: bool = True  # feed audio at real-time pace (False: virtual clock, faster)
     # a `pasu lm train` folder fused into the final local decode (agent.lm; e.g. models/shipped/lm); "": none.
-    # The pilots, and so the offloading decisions, do not read it
+    # The pilots do not read it (a command too short for a pilot is judged on the final decode)
     lm: str = ""
     lm_weight: float | None = None  # its weight with `lm`; None: the shipped LM's (SHIPPED_LM_WEIGHT)
     seed: int = 0  # noise
@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--level", choices=("L", "M", "H"), default=DemoOptions.level,
                    help="the calibrated operating point: Offload-L, -M or -H, which offloaded 25%%, 47%% or 63%% of "
                         f"the model's dev calibration utterances (default {DemoOptions.level})")
-    add_lm_flags(p, "; the pilots, and so what is offloaded, do not change (default: none)")
+    add_lm_flags(p, "; the pilots the offramps read do not change (default: none)")
     p.add_argument("--fast", action="store_true", help="virtual clock instead of real-time pacing")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="samples, results and timeline picture")
     p.set_defaults(run=_run)

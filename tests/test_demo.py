@@ -88,7 +88,7 @@ def test_the_demo_fuses_an_lm_into_the_final_decode_only():
     assert agent_options(DemoOptions()) == AgentOptions()  # the agent as shipped
     with_lm = agent_options(DemoOptions(lm="models/shipped/lm"))
     assert with_lm.lm == "models/shipped/lm" and with_lm.final_search.lm_weight == 0.2
-    assert with_lm.pilot == AgentOptions().pilot  # the pilots, and so the offloading decisions, stay as they were
+    assert with_lm.pilot == AgentOptions().pilot  # the pilots the offramps read stay as they were
 
 
 def test_the_demo_refuses_an_lm_over_other_tokens_before_it_starts(tmp_path, capsys):

@@ -63,8 +63,7 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--encoding", default="pcm16",
                         help="upload encoding (pcm16, float32, flac, opus) for every profile, or per profile: poor=opus,wifi=pcm16 "
                              "(unnamed profiles: pcm16)")
-    add_lm_flags(parser, ", as `pasu device run --lm` does; the pilots, and so the offloading decisions, do not "
-                         "change")
+    add_lm_flags(parser, ", as `pasu device run --lm` does; the pilots the offramps read do not change")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
     parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")
