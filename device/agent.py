@@ -464,6 +464,14 @@ def fusing_lm(options: AgentOptions, lm: str | None, weight: float | None = None
     return replace(options, lm=lm or options.lm, final_search=final)
 
 
+def agent_with_lm(model: DeviceModel, lm: str | None, weight: float | None = None) -> AgentOptions:
+    """The agent's default options with the LM folder `lm` fused as fusing_lm resolves it (None: no LM), the LM
+    loaded into `model` (use_lm_of's errors)."""
+    options = fusing_lm(AgentOptions(), lm, weight)
+    use_lm_of(model, options)
+    return options
+
+
 def use_lm_of(model: DeviceModel, options: AgentOptions) -> None:
     """Load `options.lm` into the model's searches (nothing without one); OSError / ValueError when it is not
     an LM folder or reads other tokens, ValueError when a search's lm_weight asks for an LM the model lacks."""

@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pasu.device.agent import AgentOptions, fusing_lm, use_lm_of
+    from pasu.device.agent import agent_with_lm
     from pasu.device.held_out_reader import readers_without
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
@@ -116,8 +116,7 @@ def run_train(args: argparse.Namespace) -> int:
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check; a reader that learned the split's sentences reads none of them
     model = load_device_model(args.model, out)
-    agent = fusing_lm(AgentOptions(), args.lm, args.lm_weight)
-    use_lm_of(model, agent)
+    agent = agent_with_lm(model, args.lm, args.lm_weight)
     held_out = readers_without(reader, args.corpus, args.split) if args.reader_learns_split else None
     replay = Replayer(model, args.corpus, args.split, held_out, agent)
     samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")

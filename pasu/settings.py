@@ -27,9 +27,9 @@ def shipped_model(name: str) -> Path:
     return SHIPPED_MODELS / name
 
 
-# The weight of an LM fused into the device's final decode when none is given (`pasu device run --lm`, `pasu
-# demo --lm`, through pasu.device.agent.fusing_lm): the shipped LM's, chosen on 300 dev utterances
-# (models/shipped/lm/README.md).
+# The weight of an LM fused into the device's final decode when none is given (every --lm of
+# pasu.device.cli.add_lm_flags, through pasu.device.agent.fusing_lm): the shipped LM's, chosen on 300 dev
+# utterances (models/shipped/lm/README.md).
 SHIPPED_LM_WEIGHT = 0.2
 
 # Files derived from shipped ones and built once (e.g. Whisper with an adapted decoder): $PASU_CACHE.

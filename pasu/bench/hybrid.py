@@ -75,7 +75,7 @@ def register(benches: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pasu.device.agent import AgentOptions, fusing_lm, use_lm_of
+    from pasu.device.agent import agent_with_lm
     from pasu.device.held_out_reader import model_reader_learned
     from pasu.device.offramp_cli import collect_split
     from pasu.device.offramp_train import OFFRAMP_DIR, intent_offramp, load_device_model, load_offramps
@@ -91,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
     offramps = load_offramps(offramp_folder)
     report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
-    options = fusing_lm(AgentOptions(), args.lm, args.lm_weight)
-    use_lm_of(model, options)
+    options = agent_with_lm(model, args.lm, args.lm_weight)
     intent = intent_offramp(model, offramp_folder, offramps.intent) if "intent" in report else None
     learned = model_reader_learned(model, args.corpus, args.split)
     if learned:  # its answers and the intent check would read sentences the reader knows
