@@ -39,6 +39,7 @@ from pasu.device.routing import Decision, Policy
 from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline
 
+from pasu.config import given
 from pasu.metrics import SluResult
 from pasu.models.recognizer import Recognition
 from pasu.settings import SHIPPED_LM_WEIGHT
@@ -57,6 +58,16 @@ class PilotOptions:
     incremental: bool = True  # each pilot follows the previous one's hypothesis and reuses its CTC state
     search: SearchOptions = SearchOptions(beam_size=3, max_tokens=15, pre_beam_size=10, record_ctc=True,
                                           beam_collapse=True, ctc_leap=True, stop_when_decided=True)
+
+    def schedule(self) -> dict[str, Any]:
+        """When pilots run, for reports (results JSON, offramp.json)."""
+        return {"enabled": self.enabled, "start_seconds": self.start_seconds, "interval_seconds": self.interval_seconds}
+
+    def describe(self) -> str:
+        """The schedule in words."""
+        if not self.enabled:
+            return "none (the offramps judge the full decode)"
+        return f"every {self.interval_seconds:g} s of audio from {self.start_seconds:g} s"
 
 
 @dataclass(frozen=True)
@@ -462,6 +473,12 @@ def fusing_lm(options: AgentOptions, lm: str | None, weight: float | None = None
         weight = SHIPPED_LM_WEIGHT
     final = options.final_search if weight is None else replace(options.final_search, lm_weight=weight)
     return replace(options, lm=lm or options.lm, final_search=final)
+
+
+def with_pilots(options: AgentOptions, enabled: bool | None = None, interval_seconds: float | None = None
+                ) -> AgentOptions:
+    """`options` with the pilots switched on or off and their interval (tau) set, where given (None: as they are)."""
+    return replace(options, pilot=replace(options.pilot, **given(enabled=enabled, interval_seconds=interval_seconds)))
 
 
 def agent_with_lm(model: DeviceModel, lm: str | None, weight: float | None = None) -> AgentOptions:

@@ -15,8 +15,10 @@ from pasu.settings import SHIPPED_LM_WEIGHT, shipped_model
 POLICIES = ("on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "intent", "ppl+intent", "bilstm+intent")
 
 if TYPE_CHECKING:
+    from pasu.device.agent import AgentOptions
     from pasu.device.cloud_client import ClientTls
     from pasu.device.config import DeviceConfig
+    from pasu.device.runtime import DeviceModel
 
 # `pasu device run`'s default --config: every DeviceConfig field at its default, with its comment.
 DEFAULT_CONFIG = Path(__file__).with_name("agent.yaml")
@@ -42,6 +44,30 @@ def add_lm_flags(parser: argparse.ArgumentParser, note: str = "") -> None:
     parser.add_argument("--lm-weight", type=float, default=None,
                         help="the LM's weight in the final decode (default with --lm: the agent config's where it "
                              f"sets one, else the shipped LM's {SHIPPED_LM_WEIGHT})")
+
+
+def add_pilot_flags(parser: argparse.ArgumentParser, tau_note: str = "", pilots_note: str = "") -> None:
+    """--tau and --pilots / --no-pilots: when the device agent runs pilots (laid over its options by
+    pasu.device.agent.with_pilots); the notes end each flag's help."""
+    parser.add_argument("--tau", type=float, default=None,
+                        help=f"seconds of audio between pilots{tau_note}; default 1.0")
+    parser.add_argument("--pilots", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"pilot inference while the user speaks{pilots_note}; default on; --no-pilots: a plain "
+                             "decode at the end, whose hypothesis the offramps then judge")
+
+
+def add_replay_flags(parser: argparse.ArgumentParser, lm_note: str) -> None:
+    """The agent's flags that change what a replay of it answers and judges: the LM and the pilots' schedule
+    (read back by replay_options)."""
+    add_lm_flags(parser, lm_note)
+    add_pilot_flags(parser)
+
+
+def replay_options(model: DeviceModel, args: argparse.Namespace) -> AgentOptions:
+    """The agent's default options with add_replay_flags' flags laid over them, the LM loaded into `model`."""
+    from pasu.device.agent import agent_with_lm, with_pilots
+
+    return with_pilots(agent_with_lm(model, args.lm, args.lm_weight), args.pilots, args.tau)
 
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
@@ -71,11 +97,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--realtime", action="store_true",
                      help="feed the file at real-time pace (default: replay on a virtual clock, same rules)")
     run.add_argument("--vad", action="store_true", help="end the utterance at the VAD's end of speech")
-    run.add_argument("--tau", type=float, default=None,
-                     help="seconds of audio between pilots (agent.pilot.interval_seconds; default 1.0)")
-    run.add_argument("--pilots", action=argparse.BooleanOptionalAction, default=None,
-                     help="pilot inference while the user speaks (agent.pilot.enabled; default on); "
-                          "--no-pilots: a plain decode at the end")
+    add_pilot_flags(run, " (agent.pilot.interval_seconds)", " (agent.pilot.enabled)")
     run.add_argument("--cloud", default=None,
                      help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
     run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
@@ -127,17 +149,16 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
     """DeviceConfig: YAML (or defaults), then every flag that was given."""
     from dataclasses import replace
 
-    from pasu.device.agent import fusing_lm
+    from pasu.device.agent import fusing_lm, with_pilots
     from pasu.device.config import load_config
 
     config = load_config(args.config)
-    pilot = replace(config.agent.pilot, **given(enabled=args.pilots, interval_seconds=args.tau))
     cloud = tuple(args.cloud.split(",")) if args.cloud is not None else None
     routing = replace(config.routing, **given(cloud=cloud, policy=args.policy, threshold=args.threshold,
                                               intent_threshold=args.intent_threshold, level=args.level,
                                               encoding=args.encoding,
                                               tls=_tls(args, config.routing.tls)))
-    agent = fusing_lm(replace(config.agent, pilot=pilot), args.lm, args.lm_weight)
+    agent = fusing_lm(with_pilots(config.agent, args.pilots, args.tau), args.lm, args.lm_weight)
     return replace(config, agent=agent, routing=routing)
 
 

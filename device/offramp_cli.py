@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from pasu.device.cli import add_lm_flags
+from pasu.device.cli import add_replay_flags
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 
 from pasu.metrics import word_edits
@@ -76,8 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--label", choices=LABELS, default="bad",
                        help="what the BiLSTM and CNN learn to predict: bad, whether local WER is above --bad-wer (the "
                             "paper's label); wer, the local WER itself (clipped to 1) as a soft label")
-    add_lm_flags(train, " of the replays, as the agent that will use these offramps fuses it (`pasu device run "
-                        "--lm`): the labels are then that decode's errors; the pilots the offramps read do not change")
+    add_replay_flags(train, " of the replays, as the agent that will use these offramps fuses it (`pasu device run "
+                            "--lm`): the labels are then that decode's errors; the pilots the offramps read do not change")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
     show = commands.add_parser(
@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pasu.device.agent import agent_with_lm
+    from pasu.device.cli import replay_options
     from pasu.device.held_out_reader import readers_without
     from pasu.device.offramp_train import (
         OFFRAMP_DIR,
@@ -116,7 +116,7 @@ def run_train(args: argparse.Namespace) -> int:
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check; a reader that learned the split's sentences reads none of them
     model = load_device_model(args.model, out)
-    agent = agent_with_lm(model, args.lm, args.lm_weight)
+    agent = replay_options(model, args)
     held_out = readers_without(reader, args.corpus, args.split) if args.reader_learns_split else None
     replay = Replayer(model, args.corpus, args.split, held_out, agent)
     samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")
@@ -134,7 +134,7 @@ def run_train(args: argparse.Namespace) -> int:
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
                    "reader_corpora": [str(c) for c in [args.corpus, *args.reader_corpus]],
                    "reader_learns_split": args.reader_learns_split,
-                   "lm": agent.lm, "lm_weight": agent.final_search.lm_weight,
+                   "lm": agent.lm, "lm_weight": agent.final_search.lm_weight, "pilots": agent.pilot.schedule(),
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
     trained.save(out)
     print(json.dumps({k: report[k] for k in ("samples", "bad_share")}, indent=None))
@@ -144,6 +144,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from pasu.device.agent import PilotOptions
     from pasu.device.offramp_train import OFFRAMP_DIR, THRESHOLDS, load_thresholds
 
     folder = args.model if (args.model / THRESHOLDS).is_file() else args.model / OFFRAMP_DIR
@@ -155,6 +156,8 @@ def run_show(args: argparse.Namespace) -> int:
     lm = f", LM {report['lm']} at {report['lm_weight']} in the final decode" if report.get("lm") else ""
     print(f"{folder}: calibrated on {report.get('utterances', '?')} {report.get('split', '?')} utterances of "
           f"{report.get('model', '?')}, cloud {report.get('cloud_model') or 'none'}{lm}")
+    if pilots := report.get("pilots"):  # reports from before the schedule was recorded ran the default
+        print(f"pilots: {PilotOptions(**pilots).describe()}")
     print_report(report)
     return 0
 

@@ -36,7 +36,7 @@ from pasu.bench.hybrid_eval import (
 )
 from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
 from pasu.files import write_text_atomic
-from pasu.device.cli import add_lm_flags
+from pasu.device.cli import add_replay_flags
 
 if TYPE_CHECKING:
     from pasu.device.routing import Offramp
@@ -63,7 +63,7 @@ def register(benches: argparse._SubParsersAction) -> None:
     parser.add_argument("--encoding", default="pcm16",
                         help="upload encoding (pcm16, float32, flac, opus) for every profile, or per profile: poor=opus,wifi=pcm16 "
                              "(unnamed profiles: pcm16)")
-    add_lm_flags(parser, ", as `pasu device run --lm` does; the pilots the offramps read do not change")
+    add_replay_flags(parser, ", as `pasu device run --lm` does; the pilots the offramps read do not change")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
     parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")
@@ -75,7 +75,7 @@ def register(benches: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pasu.device.agent import agent_with_lm
+    from pasu.device.cli import replay_options
     from pasu.device.held_out_reader import model_reader_learned
     from pasu.device.offramp_cli import collect_split
     from pasu.device.offramp_train import OFFRAMP_DIR, intent_offramp, load_device_model, load_offramps
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     offramps = load_offramps(offramp_folder)
     report = offramps.report
     model = load_device_model(args.model, offramp_folder)  # answers as the agent does, with the intent reader
-    options = agent_with_lm(model, args.lm, args.lm_weight)
+    options = replay_options(model, args)
     intent = intent_offramp(model, offramp_folder, offramps.intent) if "intent" in report else None
     learned = model_reader_learned(model, args.corpus, args.split)
     if learned:  # its answers and the intent check would read sentences the reader knows
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                                        reuse=args.reuse_offloads)
     results = {"device_model": str(args.model), "cloud_model": str(cloud_model), "offramps": str(offramp_folder),
                "bilstm_label": learned_label(report["bilstm"]["train"]), "split": args.split,
-               "lm": options.lm, "lm_weight": options.final_search.lm_weight,
+               "lm": options.lm, "lm_weight": options.final_search.lm_weight, "pilots": options.pilot.schedule(),
                "utterances": len(samples), "intent_reader_learned_split": learned, "network_emulation": EMULATION,
                "profiles": {}}
     print(f"pasu bench hybrid: {len(samples)} {args.split} utterances; device {args.model}; cloud {cloud_model}")
@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"offramps: {offramp_folder}; the BiLSTM learned {results['bilstm_label']}")
     if options.lm:
         print(f"LM {options.lm} fused into the final local decode at weight {options.final_search.lm_weight}")
+    print(f"pilots: {options.pilot.describe()}")
     for profile in profiles:
         result = evaluate_profile(samples, calls[profile], offramps.bilstm, report, intent, offramps.cnn)
         result["proxy"] = proxies[profile]

@@ -194,9 +194,30 @@ def test_replays_with_an_lm_answer_with_it_and_judge_the_same_pilots(with_lm, sp
     assert again.local == with_it.local != plain.local
 
 
+def test_replays_follow_the_pilot_schedule_asked_for(tiny_model, speech_like, tmp_path):
+    """Table 4's offloading half: a shorter tau gives the offramps a later last pilot to judge; without pilots
+    they judge the full decode. Each schedule's replays are cached apart."""
+    from pasu.device.agent import AgentOptions, with_pilots
+    from pasu.device.offramp_cli import collect_split
+
+    path = tmp_path / "u0.flac"
+    soundfile.write(path, speech_like(3.7, seed=21), 16000, subtype="PCM_16")
+    utterances = [Utterance("u0", path, 3.7, "", "set an alarm for seven", "alarm_set", ())]
+
+    def replayed(name: str, options: AgentOptions):
+        return collect_split(tiny_model, tmp_path, "dev", utterances, tmp_path / f"{name}.jsonl", options)[0]
+
+    every_second = replayed("tau1", AgentOptions())
+    twice_a_second = replayed("tau05", with_pilots(AgentOptions(), interval_seconds=0.5))
+    none = replayed("none", with_pilots(AgentOptions(), enabled=False))
+    assert every_second.pilots == 3 and twice_a_second.pilots == 5  # from 1.5 s: at 1.5, 2.5, 3.5 / every 0.5 s
+    assert none.pilots == 0 and none.early == none.final  # judged on the full decode
+    assert replayed("tau1", with_pilots(AgentOptions(), interval_seconds=0.5)).pilots == 5  # not the cached tau 1
+
+
 def test_offramps_trained_for_an_agent_with_an_lm_record_it_and_show_it(tmp_path, capsys):
     """`--lm`: the replays answer with the LM fused at the shipped weight, the calibration says so, and `pasu offramp
-    show` prints it beside what it was calibrated on."""
+    show` prints it beside what it was calibrated on; so with `--tau`, the pilots' schedule."""
     from pasu.cli import build_parser
     from pasu.models.data import write_synthetic_corpus
 
@@ -209,13 +230,15 @@ def test_offramps_trained_for_an_agent_with_an_lm_record_it_and_show_it(tmp_path
                               "3", "--threads", "1"])
     assert args.run(args) == 0
     args = parser.parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2",
-                              "--lm", str(lm)])
+                              "--lm", str(lm), "--tau", "0.5"])
     assert args.run(args) == 0
     report = json.loads((model / "offramp" / "offramp.json").read_text())
     assert report["lm"] == str(lm) and report["lm_weight"] == 0.2
+    assert report["pilots"] == {"enabled": True, "start_seconds": 1.5, "interval_seconds": 0.5}
     options = json.loads((model / "offramp" / "replays-dev.jsonl").read_text().splitlines()[0])["key"]["options"]
     assert options["lm"] == str(lm) and options["final_search"]["lm_weight"] == 0.2  # the replays' agent fused it
     capsys.readouterr()
     args = parser.parse_args(["offramp", "show", str(model)])
     assert args.run(args) == 0
-    assert f"LM {lm} at 0.2 in the final decode" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert f"LM {lm} at 0.2 in the final decode" in shown and "pilots: every 0.5 s of audio from 1.5 s" in shown
