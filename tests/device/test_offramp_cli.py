@@ -201,8 +201,8 @@ def test_replays_follow_the_pilot_schedule_asked_for(tiny_model, speech_like, tm
     from pasu.device.offramp_cli import collect_split
 
     path = tmp_path / "u0.flac"
-    soundfile.write(path, speech_like(3.7, seed=21), 16000, subtype="PCM_16")
-    utterances = [Utterance("u0", path, 3.7, "", "set an alarm for seven", "alarm_set", ())]
+    soundfile.write(path, speech_like(3.9, seed=21), 16000, subtype="PCM_16")
+    utterances = [Utterance("u0", path, 3.9, "", "set an alarm for seven", "alarm_set", ())]
 
     def replayed(name: str, options: AgentOptions):
         return collect_split(tiny_model, tmp_path, "dev", utterances, tmp_path / f"{name}.jsonl", options)[0]
@@ -210,7 +210,7 @@ def test_replays_follow_the_pilot_schedule_asked_for(tiny_model, speech_like, tm
     every_second = replayed("tau1", AgentOptions())
     twice_a_second = replayed("tau05", with_pilots(AgentOptions(), interval_seconds=0.5))
     none = replayed("none", with_pilots(AgentOptions(), enabled=False))
-    assert every_second.pilots == 3 and twice_a_second.pilots == 5  # from 1.5 s: at 1.5, 2.5, 3.5 / every 0.5 s
+    assert every_second.pilots == 3 and twice_a_second.pilots == 5  # from 1.5 s: at 1.5, 2.5, 3.5 / every 0.5 s to 3.5
     assert none.pilots == 0 and none.early == none.final  # judged on the full decode
     assert replayed("tau1", with_pilots(AgentOptions(), interval_seconds=0.5)).pilots == 5  # not the cached tau 1
 
