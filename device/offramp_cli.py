@@ -76,8 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--label", choices=LABELS, default="bad",
                        help="what the BiLSTM and CNN learn to predict: bad, whether local WER is above --bad-wer (the "
                             "paper's label); wer, the local WER itself (clipped to 1) as a soft label")
-    add_replay_flags(train, " of the replays, as the agent that will use these offramps fuses it (`pasu device run "
-                            "--lm`): the labels are then that decode's errors; the pilots the offramps read do not change")
+    add_replay_flags(train, " of the replays, as the agent that will use these offramps fuses it (`pasu device "
+                            "run --lm`): the labels are then that decode's errors; the pilots the offramps read do "
+                            "not change")
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     train.set_defaults(run=run_train)
     show = commands.add_parser(
