@@ -24,6 +24,13 @@ def _utterances(folder, n: int) -> list[Utterance]:
     return utterances
 
 
+def _command(folder, make_speech, seconds: float, seed: int) -> list[Utterance]:
+    """One speech-like command of `seconds` (the `speech_like` fixture's maker), as a one-utterance split."""
+    path = folder / "u0.flac"
+    soundfile.write(path, make_speech(seconds, seed=seed), 16000, subtype="PCM_16")
+    return [Utterance("u0", path, seconds, "", "set an alarm for seven", "alarm_set", ())]
+
+
 def test_cloud_edits_are_decoded_once_then_read_from_the_cache(tmp_path):
     cloud = support.write_model_folder(tmp_path / "cloud")
     utterances = _utterances(tmp_path, 3)
@@ -179,14 +186,12 @@ def test_replays_with_an_lm_answer_with_it_and_judge_the_same_pilots(with_lm, sp
     from pasu.device.agent import AgentOptions, fusing_lm, replay
     from pasu.device.offramp_cli import collect_split
 
-    path = tmp_path / "u0.flac"
-    soundfile.write(path, speech_like(2.6, seed=20), 16000, subtype="PCM_16")
-    utterances = [Utterance("u0", path, 2.6, "", "set an alarm for seven", "alarm_set", ())]
+    utterances = _command(tmp_path, speech_like, 2.6, seed=20)
     fused = fusing_lm(AgentOptions(), None, 0.5)  # the fixture's model already holds its LM
     plain = collect_split(with_lm, tmp_path, "dev", utterances, tmp_path / "plain.jsonl")[0]
     with_it = collect_split(with_lm, tmp_path, "dev", utterances, tmp_path / "fused.jsonl", fused)[0]
     assert with_it.pilots >= 1 and with_it.early == plain.early  # the offloading decision reads the same pilot
-    audio = soundfile.read(path, dtype="float32")[0]
+    audio = soundfile.read(utterances[0].audio, dtype="float32")[0]
     assert with_it.local.text == replay(with_lm, audio, fused).text
     assert with_it.final.tokens != plain.final.tokens  # the LM had a say in the local answer
     # the cache is per options: the plain replays are not taken for the fused ones
@@ -200,9 +205,7 @@ def test_replays_follow_the_pilot_schedule_asked_for(tiny_model, speech_like, tm
     from pasu.device.agent import AgentOptions, with_pilots
     from pasu.device.offramp_cli import collect_split
 
-    path = tmp_path / "u0.flac"
-    soundfile.write(path, speech_like(3.9, seed=21), 16000, subtype="PCM_16")
-    utterances = [Utterance("u0", path, 3.9, "", "set an alarm for seven", "alarm_set", ())]
+    utterances = _command(tmp_path, speech_like, 3.9, seed=21)
 
     def replayed(name: str, options: AgentOptions):
         return collect_split(tiny_model, tmp_path, "dev", utterances, tmp_path / f"{name}.jsonl", options)[0]
