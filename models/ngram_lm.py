@@ -18,11 +18,11 @@ import json
 import math
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO
 
-BOS, EOS = "<s>", "</s>"
+BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
 
 class NgramLm:
@@ -57,7 +57,8 @@ class NgramLm:
             left: dict[tuple[str, ...], set[str]] = defaultdict(set)
             for gram in counts[0]:
                 left[gram[1:]].add(gram[0])
-            counts.insert(0, Counter({gram: len(words) for gram, words in left.items()}))
+            # the padding predicts nothing: no n-gram ends in <s>, so the model never gives <s> any probability
+            counts.insert(0, Counter({gram: len(words) for gram, words in left.items() if gram[-1] != BOS}))
         return cls(counts, [_discount(level) for level in counts])
 
     def logprob(self, word: str, context: Sequence[str]) -> float:
@@ -82,6 +83,61 @@ class NgramLm:
         """Natural log P(sentence, end of sentence), padded with <s> as in training."""
         words = [BOS] * (self.order - 1) + sentence.split() + [EOS]
         return sum(self.logprob(words[i], words[:i]) for i in range(self.order - 1, len(words)))
+
+    def write_arpa(self, path: str | os.PathLike, keep: Callable[[str], bool] = lambda word: True) -> Path:
+        """Write the model in ARPA format, for decoders that read n-gram LMs themselves (pocketsphinx, kenlm).
+
+        Listed n-grams carry this model's interpolated probabilities; each context's backoff weight is set so
+        that its distribution sums to one. The model pads a sentence with order-1 `<s>`, ARPA with one: ARPA's
+        context `<s> w` is read as this model's `<s> <s> w`. Words `keep` rejects (say, ones a decoder has no
+        pronunciation for) are left out with every n-gram holding them."""
+        arpa = self._arpa_grams(keep)
+        with _open(path, "wt") as f:
+            f.write("\\data\\\n")
+            f.writelines(f"ngram {n}={len(level)}\n" for n, level in enumerate(arpa, 1))
+            for n, level in enumerate(arpa, 1):
+                f.write(f"\n\\{n}-grams:\n")
+                for gram, (logp, bow) in level.items():
+                    f.write(f"{logp:.6f}\t{' '.join(gram)}" + ("" if bow is None else f"\t{bow:.6f}") + "\n")
+            f.write("\n\\end\\\n")
+        return Path(path)
+
+    def _arpa_grams(self, keep: Callable[[str], bool]) -> list[dict[tuple[str, ...], tuple[float, float | None]]]:
+        """ARPA's n-grams by order: gram -> (log10 P, log10 backoff weight or None at the highest order)."""
+        def wanted(gram: tuple[str, ...]) -> bool:
+            return all(w == BOS and i == 0 or w == EOS or w not in (BOS, UNK) and keep(w) for i, w in enumerate(gram))
+
+        def prob(word: str, context: tuple[str, ...]) -> float:
+            if context[:1] == (BOS,):  # ARPA's single <s> stands for this model's padding
+                context = (BOS,) * (self.order - len(context)) + context[1:]
+            return self._prob(word, context)
+
+        probs: list[dict[tuple[str, ...], float]] = [{(BOS,): 0.0, (UNK,): self._prob(UNK, ())}]
+        probs[0].update({g: prob(g[0], ()) for g in self.counts[0] if wanted(g)})
+        for level in self.counts[1:]:
+            probs.append({g: prob(g[-1], g[:-1]) for g in level if wanted(g)})
+        followers: dict[tuple[str, ...], list[str]] = defaultdict(list)
+        for level in probs[1:]:
+            for gram in level:
+                followers[gram[:-1]].append(gram[-1])
+        arpa = []
+        for n, level in enumerate(probs, 1):
+            entries = {}
+            for gram, p in level.items():
+                bow = None if n == len(probs) else _log10(self._backoff_weight(gram, followers.get(gram, []), prob))
+                entries[gram] = (-99.0 if p == 0.0 else math.log10(p), bow)
+            arpa.append(entries)
+        return arpa
+
+    @staticmethod
+    def _backoff_weight(context: tuple[str, ...], seen: list[str],
+                        prob: Callable[[str, tuple[str, ...]], float]) -> float:
+        """The weight that makes P(. | context) sum to one when the words not seen after it back off."""
+        if not seen:
+            return 1.0
+        left = 1.0 - sum(prob(w, context) for w in seen)
+        lower = 1.0 - sum(prob(w, context[1:]) for w in seen)
+        return max(left, 1e-12) / max(lower, 1e-12)
 
     def save(self, path: str | os.PathLike) -> Path:
         levels = [[[" ".join(gram), c] for gram, c in sorted(level.items())] for level in self.counts]
@@ -119,6 +175,10 @@ def _open(path: str | os.PathLike, mode: str) -> IO[str]:
     if str(path).endswith(".gz"):  # mtime 0: the same counts give the same bytes
         return io.TextIOWrapper(gzip.GzipFile(path, mode[0] + "b", mtime=0), encoding="utf-8")
     return open(path, mode, encoding="utf-8")
+
+
+def _log10(x: float) -> float:
+    return math.log10(x) if x > 0 else -99.0
 
 
 def _discount(level: Counter[tuple[str, ...]]) -> float:

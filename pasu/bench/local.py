@@ -5,7 +5,9 @@ work advancing the clock by its measured compute time, see pasu.device.agent) in
 utterance with every configuration in turn, so the ratios between them are measured side by side. Rows:
 ESPnet's own BeamSearch and BatchBeamSearch, the agent as shipped (decided stop), our pilot-assisted decoding
 with every optimization, each optimization alone (the paper's Fig. 5), the pilot interval tau and incremental
-vs from-scratch pilots (Table 4), and faster-whisper tiny.en (what a user would pick instead). With `--lm`,
+vs from-scratch pilots (Table 4), faster-whisper tiny.en (what a user would pick instead), and PocketSphinx
+decoding chunk by chunk as a streaming server does (pasu.bench.sphinx), live and with its end-of-utterance
+passes. With `--lm`,
 ESPnet's BatchBeamSearch and the shipped agent also run with the LM fused in (`espnet_batch+lm`, `ours+lm`).
 `--check-clock N` replays N utterances both on the virtual clock and at real-time pace and prints how far
 apart the latencies are.
@@ -124,8 +126,7 @@ def summarize(model_name: str, split: str, config: str, utterances: list[Utteran
 
 def whisper_row(split: str, utterances: list[Utterance], audio: list[np.ndarray], threads: int) -> Row:
     """faster-whisper tiny.en (int8, beam 5) on the whole utterance after end of speech: WER only (no intents)."""
-    from pasu.corpus.tts import load_whisper, normalize_words
-    from pasu.metrics import corpus_wer
+    from pasu.corpus.tts import load_whisper
 
     whisper = load_whisper(cpu_threads=threads)
     whisper.transcribe(audio[0], language="en", beam_size=5)  # warm-up
@@ -137,11 +138,42 @@ def whisper_row(split: str, utterances: list[Utterance], audio: list[np.ndarray]
         hyps.append(" ".join(s.text.strip() for s in segments))
         latencies.append(time.perf_counter() - started)
     lat = LatencyStats.from_seconds(latencies)
-    wer = corpus_wer([" ".join(normalize_words(u.text)) for u in utterances],
-                     [" ".join(normalize_words(h)) for h in hyps])
+    wer = words_wer(utterances, hyps)
     return Row("whisper-tiny.en", split, "faster_whisper", len(hyps), 1000 * lat.mean, 1000 * lat.p50,
                1000 * lat.p90, 1000 * lat.p99, mean_rtf(latencies, [u.duration for u in utterances]),
                1000 * lat.mean, 0.0, wer, None, None)
+
+
+def words_wer(utterances: list[Utterance], hyps: list[str]) -> float:
+    """WER of a recognizer that writes words its own way (case, punctuation, digits), both sides normalized."""
+    from pasu.corpus.tts import normalize_words
+    from pasu.metrics import corpus_wer
+
+    return corpus_wer([" ".join(normalize_words(u.text)) for u in utterances],
+                      [" ".join(normalize_words(h)) for h in hyps])
+
+
+def sphinx_rows(corpus: Path, split: str, utterances: list[Utterance], audio: list[np.ndarray]) -> list[Row]:
+    """PocketSphinx streaming (pasu.bench.sphinx), live and with its end-of-utterance passes: WER only."""
+    import tempfile
+
+    from pasu.bench.sphinx import SphinxOptions, StreamingSphinx
+
+    rows = []
+    for live in (True, False):
+        with tempfile.TemporaryDirectory() as folder:
+            sphinx = StreamingSphinx.for_corpus(corpus, Path(folder), SphinxOptions(live=live))
+            config = "pocketsphinx_live" if live else "pocketsphinx_full"
+            sphinx.replay(audio[0])  # warm-up
+            answers = [sphinx.replay(wave) for wave in tqdm(audio, desc=f"{config} {split}", unit="utt",
+                                                             dynamic_ncols=True, leave=False)]
+        latencies = [a.latency for a in answers]
+        lat = LatencyStats.from_seconds(latencies)
+        wer = words_wer(utterances, [a.text for a in answers])
+        rows.append(Row("pocketsphinx-en-us", split, config, len(answers), 1000 * lat.mean, 1000 * lat.p50,
+                        1000 * lat.p90, 1000 * lat.p99, mean_rtf(latencies, [u.duration for u in utterances]),
+                        1000 * float(np.mean([a.end_of_utterance for a in answers])), 0.0, wer, None, None))
+    return rows
 
 
 def _extra_text(value: Any) -> str:
@@ -218,7 +250,7 @@ def encoder_ingestion_share(model: DeviceModel, seconds: float) -> float:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "local", help="local decoding: latency after end of speech and accuracy, ours vs ESPnet vs Whisper",
+        "local", help="local decoding: latency after end of speech and accuracy, ours vs ESPnet, Whisper, PocketSphinx",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example: pasu bench local --corpus data/corpus-full --utterances 500 "
                "--models models/shipped/device models/shipped/baseline_branchformer --out bench/local.json")
@@ -229,6 +261,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--utterances", type=int, default=500, help="fixed random subset per split (0: all)")
     p.add_argument("--configs", nargs="+", default=None, help="subset of configurations (default: all)")
     p.add_argument("--no-whisper", action="store_true", help="skip the faster-whisper row")
+    p.add_argument("--no-sphinx", action="store_true",
+                   help="skip the PocketSphinx streaming rows (a trigram of the corpus's training sentences)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on 2 cores, 1 thread is faster in real time and its virtual "
                         "clock agrees better with real-time pacing; run with OMP_WAIT_POLICY=ACTIVE in the "
@@ -293,10 +327,13 @@ def _run(args: argparse.Namespace) -> int:
             utterances = utterances[: args.check_clock]
             extra[f"{model.model_id}_clock_check"] = check_clock(model, utterances,
                                                                  [read_audio(u.audio) for u in utterances])
-    if not args.no_whisper:
-        for split in args.splits:
-            utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
-            rows.append(whisper_row(split, utterances, [read_audio(u.audio) for u in utterances], args.threads))
+    for split in args.splits if not (args.no_whisper and args.no_sphinx) else ():
+        utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
+        audio = [read_audio(u.audio) for u in utterances]
+        if not args.no_whisper:
+            rows.append(whisper_row(split, utterances, audio, args.threads))
+        if not args.no_sphinx:
+            rows.extend(sphinx_rows(args.corpus, split, utterances, audio))
     rows = with_speedups(rows)
     print(format_table(rows))
     for key, value in extra.items():

@@ -43,7 +43,9 @@ def test_bench_local_measures_each_configuration_side_by_side(tmp_path, cloud_su
     assert code == 0
     results = json.loads(out.read_text())
     rows = {r["config"]: r for r in results["rows"]}
-    assert set(rows) == set(CONFIGS)
+    assert set(rows) == {*CONFIGS, "pocketsphinx_live", "pocketsphinx_full"}
+    for name in ("pocketsphinx_live", "pocketsphinx_full"):  # words only, measured on the same utterances
+        assert rows[name]["model"] == "pocketsphinx-en-us" and rows[name]["intent_accuracy"] is None
     for row in rows.values():
         assert row["n"] == 3 and row["split"] == "dev"
         assert 0 < row["latency_p50_ms"] <= row["latency_p99_ms"]
@@ -70,7 +72,7 @@ def test_jobs_replay_model_split_groups_in_parallel_processes(tmp_path, cloud_su
     model = cloud_support.write_model_folder(tmp_path / "model")
     out = tmp_path / "local.json"
     code = main(["bench", "local", "--corpus", str(corpus), "--models", str(model), "--splits", "dev", "train",
-                 "--utterances", "0", "--configs", "espnet_batch", "ours", "--no-whisper", "--jobs", "2",
+                 "--utterances", "0", "--configs", "espnet_batch", "ours", "--no-whisper", "--no-sphinx", "--jobs", "2",
                  "--out", str(out)])
     assert code == 0
     results = json.loads(out.read_text())

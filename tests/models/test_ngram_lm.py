@@ -60,3 +60,49 @@ def test_training_sentences_are_distinct_corpus_texts_or_normalized_lines(tmp_pa
     lines = tmp_path / "extra.txt"
     lines.write_text("Wake me up at 5, please!\n\nwake me up at 5, please\n")
     assert training_sentences(lines) == ["wake me up at 5 please"]
+
+
+def _read_arpa(path) -> list[dict[tuple[str, ...], tuple[float, float]]]:
+    """ARPA's sections: gram -> (log10 P, log10 backoff weight, 0 where none is written)."""
+    levels: list[dict] = []
+    for line in path.read_text().splitlines():
+        if line.endswith("-grams:"):
+            levels.append({})
+        elif levels and line and not line.startswith("\\"):
+            fields = line.split("\t")
+            levels[-1][tuple(fields[1].split())] = (float(fields[0]), float(fields[2]) if len(fields) > 2 else 0.0)
+    return levels
+
+
+def _arpa_prob(levels, word: str, context: tuple[str, ...]) -> float:
+    """P(word | context) as an ARPA reader computes it: the listed n-gram, else back off."""
+    if not context and (word,) not in levels[0]:
+        word = "<unk>"
+    gram = context + (word,)
+    if gram in levels[len(gram) - 1]:
+        return 10 ** levels[len(gram) - 1][gram][0]
+    backoff = levels[len(context) - 1].get(context, (0.0, 0.0))[1] if context else 0.0
+    return 10 ** backoff * _arpa_prob(levels, word, context[1:])
+
+
+def test_arpa_export_gives_a_decoder_the_same_sentence_scores(lm, tmp_path):
+    levels = _read_arpa(lm.write_arpa(tmp_path / "lm.arpa"))
+    assert [len(level) for level in levels] == [int(line.split("=")[1]) for line in
+                                                (tmp_path / "lm.arpa").read_text().splitlines() if "ngram " in line]
+    for sentence in SENTENCES + ["set an alarm for seven pm", "play some news", "zebra"]:
+        words = ["<s>"] + sentence.split() + [EOS]
+        # ARPA starts a sentence with one <s>, the model with two: the scores must still agree
+        arpa = sum(math.log(_arpa_prob(levels, w, tuple(words[max(0, i - 2):i]))) for i, w in enumerate(words) if i)
+        assert arpa == pytest.approx(lm.sentence_logprob(sentence), abs=1e-4)
+
+
+@pytest.mark.parametrize("context", [("<s>",), ("set",), ("set", "an"), ("<s>", "play")])
+def test_arpa_distributions_sum_to_one_with_their_backoff_weights(lm, tmp_path, context):
+    levels = _read_arpa(lm.write_arpa(tmp_path / "lm.arpa"))
+    vocabulary = [gram[0] for gram in levels[0] if gram != ("<s>",)]
+    assert sum(_arpa_prob(levels, w, context) for w in vocabulary) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_arpa_export_leaves_out_the_words_it_is_told_to(lm, tmp_path):
+    text = lm.write_arpa(tmp_path / "lm.arpa", keep=lambda word: word != "jazz").read_text()
+    assert "jazz" not in text and "\tplay some\t" in text
