@@ -63,6 +63,12 @@ def test_shipped_device_model_streams_over_90_percent():
     assert ingestion_fraction(encoder, 3.0) >= 0.9
 
 
+def test_the_streaming_baseline_runs_its_whole_encoder_during_ingestion():
+    streaming = LateContextEncoder(80, num_conv_blocks=9, num_attn_blocks=0)
+    assert encoder_flops(streaming, 3.0)["attn_blocks"] == 0
+    assert ingestion_fraction(streaming, 3.0) == pytest.approx(1.0, abs=1e-3)  # only the final LayerNorm waits
+
+
 def test_plain_encoders_only_ingest_subsampling(encoder):
     conformer = build_encoder("conformer", 80, dict(num_blocks=2))
     assert streaming_module_names(conformer) == ("embed",)

@@ -110,6 +110,20 @@ def test_incremental_encoder_without_concat_merge_runs_attention_at_encode():
         assert stream.first is None and (stream.encode() - full).abs().max().item() < TOL
 
 
+def test_an_encoder_without_attention_blocks_streams_whole_and_equals_forward():
+    """The streaming baseline (models/configs/baseline_streaming.yaml): conv blocks only, nothing left for encode."""
+    torch.manual_seed(0)
+    enc = LateContextEncoder(80, output_size=64, num_conv_blocks=3, num_attn_blocks=0, cgmlp_linear_units=128).eval()
+    feats = _feats(200, seed=4)
+    stream = IncrementalEncoder(enc)
+    with torch.no_grad():
+        for start in range(0, 200, 10):
+            stream.accept(feats[:, start : start + 10])
+            partial, _, _ = enc(feats[:, : start + 10], torch.tensor([min(start + 10, 200)]))
+            assert (stream.encode() - partial).abs().max().item() < TOL  # every pilot
+    assert stream.first is None and not stream.tables
+
+
 def test_old_conv_outputs_never_change(encoder):
     feats = _feats(400, seed=3)
     with torch.no_grad():
