@@ -105,7 +105,8 @@ class NgramLm:
     def _arpa_grams(self, keep: Callable[[str], bool]) -> list[dict[tuple[str, ...], tuple[float, float | None]]]:
         """ARPA's n-grams by order: gram -> (log10 P, log10 backoff weight or None at the highest order)."""
         def wanted(gram: tuple[str, ...]) -> bool:
-            return all(w == BOS and i == 0 or w == EOS or w not in (BOS, UNK) and keep(w) for i, w in enumerate(gram))
+            return all(w == BOS and i == 0 or w == EOS or w not in (BOS, UNK) and keep(w)
+                       for i, w in enumerate(gram))
 
         def prob(word: str, context: tuple[str, ...]) -> float:
             if context[:1] == (BOS,):  # ARPA's single <s> stands for this model's padding

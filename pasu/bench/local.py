@@ -7,8 +7,8 @@ ESPnet's own BeamSearch and BatchBeamSearch, the agent as shipped (decided stop)
 with every optimization, each optimization alone (the paper's Fig. 5), the pilot interval tau and incremental
 vs from-scratch pilots (Table 4), faster-whisper tiny.en (what a user would pick instead), and PocketSphinx
 decoding chunk by chunk as a streaming server does (pasu.bench.sphinx), live and with its end-of-utterance
-passes. With `--lm`,
-ESPnet's BatchBeamSearch and the shipped agent also run with the LM fused in (`espnet_batch+lm`, `ours+lm`).
+passes. With `--lm`, ESPnet's BatchBeamSearch and the shipped agent also run with the LM fused in
+(`espnet_batch+lm`, `ours+lm`).
 `--check-clock N` replays N utterances both on the virtual clock and at real-time pace and prints how far
 apart the latencies are.
 """
