@@ -313,6 +313,21 @@ def _replay_groups(args: argparse.Namespace) -> list[Row]:
         return [row for rows in pool.map(replay_group, *zip(*groups)) for row in rows]
 
 
+def _other_recognizers(args: argparse.Namespace) -> list[Row]:
+    """faster-whisper's and PocketSphinx's rows on the same utterances per split, unless skipped."""
+    rows: list[Row] = []
+    if args.no_whisper and args.no_sphinx:
+        return rows
+    for split in args.splits:
+        utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
+        audio = [read_audio(u.audio) for u in utterances]
+        if not args.no_whisper:
+            rows.append(whisper_row(split, utterances, audio, args.threads))
+        if not args.no_sphinx:
+            rows.extend(sphinx_rows(args.corpus, split, utterances, audio))
+    return rows
+
+
 def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     extra: dict[str, Any] = {"torch_threads": args.threads, "jobs": args.jobs,
@@ -327,14 +342,7 @@ def _run(args: argparse.Namespace) -> int:
             utterances = utterances[: args.check_clock]
             extra[f"{model.model_id}_clock_check"] = check_clock(model, utterances,
                                                                  [read_audio(u.audio) for u in utterances])
-    for split in args.splits if not (args.no_whisper and args.no_sphinx) else ():
-        utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
-        audio = [read_audio(u.audio) for u in utterances]
-        if not args.no_whisper:
-            rows.append(whisper_row(split, utterances, audio, args.threads))
-        if not args.no_sphinx:
-            rows.extend(sphinx_rows(args.corpus, split, utterances, audio))
-    rows = with_speedups(rows)
+    rows = with_speedups(rows + _other_recognizers(args))
     print(format_table(rows))
     for key, value in extra.items():
         print(f"{key}: {_extra_text(value)}")
