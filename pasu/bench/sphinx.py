@@ -58,7 +58,7 @@ class StreamingSphinx:
 
     @classmethod
     def for_corpus(cls, corpus: Path, folder: Path, options: SphinxOptions = SphinxOptions()) -> StreamingSphinx:
-        """Trained on the corpus's training sentences, as the device model was."""
+        """The LM and dictionary from the corpus's training sentences, the text the device model learned from."""
         return cls(training_sentences(corpus), folder, options)
 
     def replay(self, audio: np.ndarray) -> SphinxAnswer:
