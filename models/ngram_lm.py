@@ -126,7 +126,7 @@ class NgramLm:
             entries = {}
             for gram, p in level.items():
                 bow = None if n == len(probs) else _log10(self._backoff_weight(gram, followers.get(gram, []), prob))
-                entries[gram] = (-99.0 if p == 0.0 else math.log10(p), bow)
+                entries[gram] = (_log10(p), bow)
             arpa.append(entries)
         return arpa
 

@@ -126,7 +126,7 @@ def summarize(model_name: str, split: str, config: str, utterances: list[Utteran
 
 def whisper_row(split: str, utterances: list[Utterance], audio: list[np.ndarray], threads: int) -> Row:
     """faster-whisper tiny.en (int8, beam 5) on the whole utterance after end of speech: WER only (no intents)."""
-    from pasu.corpus.tts import load_whisper
+    from pasu.corpus.tts import load_whisper, word_error_rate
 
     whisper = load_whisper(cpu_threads=threads)
     whisper.transcribe(audio[0], language="en", beam_size=5)  # warm-up
@@ -138,38 +138,28 @@ def whisper_row(split: str, utterances: list[Utterance], audio: list[np.ndarray]
         hyps.append(" ".join(s.text.strip() for s in segments))
         latencies.append(time.perf_counter() - started)
     lat = LatencyStats.from_seconds(latencies)
-    wer = words_wer(utterances, hyps)
+    wer = word_error_rate([u.text for u in utterances], hyps)  # both sides normalized: Whisper writes its own way
     return Row("whisper-tiny.en", split, "faster_whisper", len(hyps), 1000 * lat.mean, 1000 * lat.p50,
                1000 * lat.p90, 1000 * lat.p99, mean_rtf(latencies, [u.duration for u in utterances]),
                1000 * lat.mean, 0.0, wer, None, None)
 
 
-def words_wer(utterances: list[Utterance], hyps: list[str]) -> float:
-    """WER of a recognizer that writes words its own way (case, punctuation, digits), both sides normalized."""
-    from pasu.corpus.tts import normalize_words
-    from pasu.metrics import corpus_wer
-
-    return corpus_wer([" ".join(normalize_words(u.text)) for u in utterances],
-                      [" ".join(normalize_words(h)) for h in hyps])
-
-
-def sphinx_rows(corpus: Path, split: str, utterances: list[Utterance], audio: list[np.ndarray]) -> list[Row]:
-    """PocketSphinx streaming (pasu.bench.sphinx), live and with its end-of-utterance passes: WER only."""
-    import tempfile
-
+def sphinx_rows(language: Path, split: str, utterances: list[Utterance], audio: list[np.ndarray]) -> list[Row]:
+    """PocketSphinx streaming (pasu.bench.sphinx) with the LM and dictionary in `language`, live and with its
+    end-of-utterance passes: WER only."""
     from pasu.bench.sphinx import SphinxOptions, StreamingSphinx
+    from pasu.corpus.tts import word_error_rate
 
     rows = []
     for live in (True, False):
-        with tempfile.TemporaryDirectory() as folder:
-            sphinx = StreamingSphinx.for_corpus(corpus, Path(folder), SphinxOptions(live=live))
-            config = "pocketsphinx_live" if live else "pocketsphinx_full"
-            sphinx.replay(audio[0])  # warm-up
-            answers = [sphinx.replay(wave) for wave in tqdm(audio, desc=f"{config} {split}", unit="utt",
-                                                             dynamic_ncols=True, leave=False)]
+        sphinx = StreamingSphinx(language, SphinxOptions(live=live))
+        config = "pocketsphinx_live" if live else "pocketsphinx_full"
+        sphinx.replay(audio[0])  # warm-up
+        answers = [sphinx.replay(wave) for wave in tqdm(audio, desc=f"{config} {split}", unit="utt",
+                                                         dynamic_ncols=True, leave=False)]
         latencies = [a.latency for a in answers]
         lat = LatencyStats.from_seconds(latencies)
-        wer = words_wer(utterances, [a.text for a in answers])
+        wer = word_error_rate([u.text for u in utterances], [a.text for a in answers])
         rows.append(Row("pocketsphinx-en-us", split, config, len(answers), 1000 * lat.mean, 1000 * lat.p50,
                         1000 * lat.p90, 1000 * lat.p99, mean_rtf(latencies, [u.duration for u in utterances]),
                         1000 * float(np.mean([a.end_of_utterance for a in answers])), 0.0, wer, None, None))
@@ -315,16 +305,25 @@ def _replay_groups(args: argparse.Namespace) -> list[Row]:
 
 def _other_recognizers(args: argparse.Namespace) -> list[Row]:
     """faster-whisper's and PocketSphinx's rows on the same utterances per split, unless skipped."""
+    import tempfile
+
+    from pasu.bench.sphinx import write_language_files
+    from pasu.models.ngram_lm import training_sentences
+
     rows: list[Row] = []
     if args.no_whisper and args.no_sphinx:
         return rows
-    for split in args.splits:
-        utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
-        audio = [read_audio(u.audio) for u in utterances]
-        if not args.no_whisper:
-            rows.append(whisper_row(split, utterances, audio, args.threads))
-        if not args.no_sphinx:
-            rows.extend(sphinx_rows(args.corpus, split, utterances, audio))
+    with tempfile.TemporaryDirectory() as folder:
+        language = Path(folder)
+        if not args.no_sphinx:  # one LM and dictionary for every split and mode
+            write_language_files(training_sentences(args.corpus), language)
+        for split in args.splits:
+            utterances = dev_subset(load_split(args.corpus, split), args.utterances, seed=0)
+            audio = [read_audio(u.audio) for u in utterances]
+            if not args.no_whisper:
+                rows.append(whisper_row(split, utterances, audio, args.threads))
+            if not args.no_sphinx:
+                rows.extend(sphinx_rows(language, split, utterances, audio))
     return rows
 
 

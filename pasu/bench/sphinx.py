@@ -18,7 +18,9 @@ import numpy as np
 
 from pasu.device.agent import VirtualClock
 from pasu.device.audio import SAMPLE_RATE, chunks
-from pasu.models.ngram_lm import NgramLm, training_sentences
+from pasu.models.ngram_lm import NgramLm
+
+LM_FILE, DICTIONARY_FILE = "lm.arpa", "words.dict"
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,6 @@ class SphinxOptions:
     # default, which adds a second pass over the whole utterance and a lattice search at the end of speech
     live: bool = True
     chunk_seconds: float = 0.1  # audio per call, as the device agent ingests it
-    lm_order: int = 3
 
 
 @dataclass(frozen=True)
@@ -37,29 +38,28 @@ class SphinxAnswer:
     end_of_utterance: float  # seconds the decoder's end-of-utterance work took
 
 
-class StreamingSphinx:
-    """PocketSphinx with an LM and dictionary made from training sentences; `replay` one utterance at a time."""
+def write_language_files(sentences: list[str], folder: Path, lm_order: int = 3) -> int:
+    """`lm.arpa` (a word n-gram of `sentences`) and `words.dict` (CMUdict's pronunciations of their words) in
+    `folder`, for StreamingSphinx; returns how many of their words CMUdict lacks (left out of both)."""
+    pronunciations = _read_dictionary(_acoustic_model() / "cmudict-en-us.dict")
+    folder.mkdir(parents=True, exist_ok=True)
+    NgramLm.train(sentences, lm_order).write_arpa(folder / LM_FILE, keep=pronunciations.__contains__)
+    vocabulary = {w for s in sentences for w in s.split()}
+    known = sorted(vocabulary & pronunciations.keys())
+    _write_dictionary(folder / DICTIONARY_FILE, {w: pronunciations[w] for w in known})
+    return len(vocabulary) - len(known)
 
-    def __init__(self, sentences: list[str], folder: Path, options: SphinxOptions = SphinxOptions()):
-        from pocketsphinx import Decoder, get_model_path
+
+class StreamingSphinx:
+    """PocketSphinx with the LM and dictionary of write_language_files; `replay` one utterance at a time."""
+
+    def __init__(self, language: Path, options: SphinxOptions = SphinxOptions()):
+        from pocketsphinx import Decoder
 
         self.options = options
-        model = Path(get_model_path()) / "en-us"
-        pronunciations = _read_dictionary(model / "cmudict-en-us.dict")
-        folder.mkdir(parents=True, exist_ok=True)
-        lm = NgramLm.train(sentences, options.lm_order)
-        lm.write_arpa(folder / "lm.arpa", keep=pronunciations.__contains__)
-        words = sorted({w for s in sentences for w in s.split() if w in pronunciations})
-        _write_dictionary(folder / "words.dict", {w: pronunciations[w] for w in words})
-        self.unknown_words = len({w for s in sentences for w in s.split()}) - len(words)
         passes = {"fwdflat": False, "bestpath": False} if options.live else {}
-        self.decoder = Decoder(hmm=str(model / "en-us"), lm=str(folder / "lm.arpa"), dict=str(folder / "words.dict"),
-                               samprate=SAMPLE_RATE, loglevel="FATAL", **passes)
-
-    @classmethod
-    def for_corpus(cls, corpus: Path, folder: Path, options: SphinxOptions = SphinxOptions()) -> StreamingSphinx:
-        """The LM and dictionary from the corpus's training sentences, the text the device model learned from."""
-        return cls(training_sentences(corpus), folder, options)
+        self.decoder = Decoder(hmm=str(_acoustic_model() / "en-us"), lm=str(language / LM_FILE),
+                               dict=str(language / DICTIONARY_FILE), samprate=SAMPLE_RATE, loglevel="FATAL", **passes)
 
     def replay(self, audio: np.ndarray) -> SphinxAnswer:
         """Decode one utterance chunk by chunk at real-time pace; the end of speech is the end of `audio`."""
@@ -78,6 +78,13 @@ class StreamingSphinx:
         hypothesis = self.decoder.hyp()
         now = clock.now()
         return SphinxAnswer(hypothesis.hypstr if hypothesis else "", now - end_of_speech, now - ending)
+
+
+def _acoustic_model() -> Path:
+    """The pocketsphinx wheel's US English folder: the acoustic model (en-us/) and CMUdict."""
+    from pocketsphinx import get_model_path
+
+    return Path(get_model_path()) / "en-us"
 
 
 def _read_dictionary(path: Path) -> dict[str, list[str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pasu.bench.sphinx import SphinxOptions, StreamingSphinx
+from pasu.bench.sphinx import SphinxOptions, StreamingSphinx, write_language_files
 from pasu.corpus import tts
 
 COMMANDS = ["set an alarm for seven in the morning", "play some jazz music", "what is the weather like today",
@@ -21,7 +21,8 @@ def spoken():
 
 @pytest.mark.parametrize("live", [True, False])
 def test_recognizes_a_spoken_command_its_language_model_knows(tmp_path, spoken, live):
-    sphinx = StreamingSphinx(COMMANDS, tmp_path, SphinxOptions(live=live))
+    write_language_files(COMMANDS, tmp_path)
+    sphinx = StreamingSphinx(tmp_path, SphinxOptions(live=live))
     # the decoder is reused utterance after utterance, as a server's is; its live cepstral mean starts from a
     # default and adapts over the first one
     sphinx.replay(spoken)
@@ -32,8 +33,9 @@ def test_recognizes_a_spoken_command_its_language_model_knows(tmp_path, spoken, 
 
 
 def test_words_without_a_pronunciation_are_left_out_of_the_lm_and_counted(tmp_path):
-    sphinx = StreamingSphinx(COMMANDS, tmp_path)
-    assert sphinx.unknown_words == 1  # "wemo", a brand name CMUdict lacks
+    unknown_words = write_language_files(COMMANDS, tmp_path)
+    sphinx = StreamingSphinx(tmp_path)
+    assert unknown_words == 1  # "wemo", a brand name CMUdict lacks
     assert "wemo" not in (tmp_path / "lm.arpa").read_text()
     assert "wemo" not in (tmp_path / "words.dict").read_text()
     assert sphinx.decoder.config["fwdflat"] is False and sphinx.decoder.config["bestpath"] is False
