@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 from pathlib import Path
 
 # `pasu cloud serve`'s default --config: every ServerConfig field at its default, with its comment.
@@ -65,6 +66,37 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "the intent (default: models/shipped/text_intent when it exists)")
     serve.add_argument("--no-text-intent", action="store_true", help="no text second pass: the recognizer's intent")
     serve.set_defaults(run=_serve)
+    _register_gateway(commands)
+
+
+def _register_gateway(commands: argparse._SubParsersAction) -> None:
+    from pasu.cloud.gateway import UNDERSTAND_PATH, GatewayOptions
+
+    defaults = GatewayOptions()
+    gateway = commands.add_parser(
+        "gateway", help="HTTP/JSON in front of the gRPC server: POST an audio file, get the answer as JSON",
+        description="An HTTP server that forwards each uploaded audio file (WAV, FLAC, OGG, ...; any rate) to\n"
+                    "`pasu cloud serve` over gRPC and answers JSON: transcript, intent, slots, confidence, model\n"
+                    "id, timings. The caller's `Authorization: Bearer` header is forwarded; the server's status\n"
+                    "codes become HTTP ones (400 bad audio, 401 token, 429 queue full, 503 unavailable, 504\n"
+                    "deadline). GET /healthz: the gateway runs; GET /readyz: the cloud is serving.",
+        epilog="Examples:\n"
+               "  pasu cloud gateway --cloud 127.0.0.1:50051 --port 8080\n"
+               f"  curl -s --data-binary @command.wav 'http://127.0.0.1:8080{UNDERSTAND_PATH}?utterance_id=u1'\n"
+               "  pasu cloud gateway --cloud 10.0.0.5:50051,10.0.0.6:50051 --host 0.0.0.0  # two replicas",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    gateway.add_argument("--cloud", required=True,
+                         help="cloud server address(es): host:port, several ip:port comma separated, or a gRPC "
+                              "target such as dns:///pasu-cloud:50051")
+    gateway.add_argument("--host", default=defaults.host, help="listen address (default %(default)s)")
+    gateway.add_argument("--port", type=int, default=defaults.port, help="HTTP port (default %(default)s; 0: any)")
+    gateway.add_argument("--deadline", type=float, default=10.0,
+                         help="seconds the cloud gets per request, retries included (default %(default)s)")
+    gateway.add_argument("--max-in-flight", type=int, default=defaults.max_in_flight,
+                         help="requests answered at once before 429 (default %(default)s)")
+    gateway.add_argument("--tls-ca", default=None,
+                         help="TLS towards the cloud, its certificate signed by this CA (PEM); default plaintext")
+    gateway.set_defaults(run=_gateway)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -112,3 +144,28 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:  # e.g. no LM folder there, or an LM over another token list
         raise SystemExit(f"error: {error}") from None
     return serve(recognizer, config)
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from pasu.cloud.gateway import Gateway, GatewayOptions
+    from pasu.cloud.server import configure_logging
+    from pasu.device.cloud_client import ClientTls, CloudClient
+
+    configure_logging(debug=args.verbose)
+    try:
+        tls = ClientTls(root_ca=args.tls_ca) if args.tls_ca else None
+        client = CloudClient(args.cloud.split(","), deadline_s=args.deadline, tls=tls, client_id="pasu-gateway")
+        gateway = Gateway(client, GatewayOptions(host=args.host, port=args.port, max_in_flight=args.max_in_flight))
+    except (OSError, ValueError) as error:  # a port in use, a missing CA file, a bad address list
+        raise SystemExit(f"error: {error}") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with gateway, client:
+        logging.getLogger("pasu.gateway").info("serving", extra={"fields": {"url": gateway.url,
+                                                                          "cloud": client.target}})
+        stop.wait()
+    return 0

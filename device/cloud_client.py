@@ -31,6 +31,7 @@ from typing import Any, Literal
 import grpc
 import numpy as np
 import soundfile
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pasu.protos import slu_pb2, slu_pb2_grpc
 
 from pasu.metrics import SluResult
@@ -163,7 +164,7 @@ class CloudClient:
         self.retry = retry
         self.client_id = client_id
         self.encoding = encoding
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = _bearer(token) if token else ()
         self._rng = random.Random(seed)
         options = _channel_options(keepalive_s)
         if tls is not None:
@@ -176,14 +177,16 @@ class CloudClient:
                 log.warning("sending a bearer token without TLS to %s", self.target)
             self._channel = grpc.insecure_channel(self.target, options=options)
         self._stub = slu_pb2_grpc.SpeechUnderstandingStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
 
     def understand(self, waveform: np.ndarray, sample_rate: int, utterance_id: str = "",
                    pilot: SluResult | None = None, pilot_confidence: float = 0.0,
-                   deadline_s: float | None = None) -> CloudOutcome:
+                   deadline_s: float | None = None, token: str | None = None) -> CloudOutcome:
         """Offload one utterance (1-D float in [-1, 1] or int16); see the module doc. Never raises.
 
         Audio that cannot be sent (not mono, NaN or infinite samples) is a REJECTED fallback with no RPC: the
-        device answers locally instead of crashing on it.
+        device answers locally instead of crashing on it. `token`: this call's bearer token instead of the
+        client's (a gateway forwarding each caller's own).
         """
         started = time.monotonic()
         try:
@@ -193,6 +196,7 @@ class CloudClient:
                                                          "attempts": 0, "detail": str(error)}})
             return CloudOutcome(None, FallbackReason.REJECTED, str(error), time.monotonic() - started, 0)
         deadline = started + (self.deadline_s if deadline_s is None else deadline_s)
+        metadata = _bearer(token) if token is not None else self._metadata
         attempts, code, detail = 0, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before the first attempt"
         while attempts < self.retry.max_attempts:
             remaining = deadline - time.monotonic()
@@ -200,7 +204,7 @@ class CloudClient:
                 break
             attempts += 1
             try:
-                response = self._stub.Understand(request, timeout=remaining, metadata=self._metadata)
+                response = self._stub.Understand(request, timeout=remaining, metadata=metadata)
                 return CloudOutcome(_cloud_result(response), None, "", time.monotonic() - started, attempts)
             except grpc.RpcError as error:
                 code, detail = error.code(), error.details() or ""
@@ -234,6 +238,14 @@ class CloudClient:
                 slots=[slu_pb2.Slot(type=s.type, value=s.value) for s in pilot.slots]))
         return slu_pb2.UnderstandRequest(
             audio=slu_pb2.Audio(encoding=encoding, sample_rate=sample_rate, data=data), metadata=metadata)
+
+    def serving(self, timeout_s: float = 1.0) -> bool:
+        """Whether the cloud answers the standard gRPC health check with SERVING (a readiness probe)."""
+        try:
+            reply = self._health.Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)  # open without a token
+        except grpc.RpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
 
     def close(self) -> None:
         self._channel.close()
@@ -290,6 +302,10 @@ def channel_target(targets: str | Sequence[str]) -> str:
     if len(versions) != 1:
         raise ValueError("replicas must be all IPv4 or all IPv6")
     return f"ipv{versions.pop()}:" + ",".join(targets)
+
+
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
 
 
 def _channel_options(keepalive_s: float) -> list[tuple[str, Any]]:

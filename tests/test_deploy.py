@@ -104,3 +104,25 @@ def test_the_ingress_reaches_the_service_over_grpc(manifest, pod_config):
     backend = path["backend"]["service"]
     assert backend["name"] == service["metadata"]["name"]
     assert backend["port"]["name"] in {port["name"] for port in service["spec"]["ports"]}
+
+
+def test_the_gateway_pods_reach_the_cloud_service_and_probe_their_own_routes(manifest):
+    gateway = {doc["kind"]: doc for doc in yaml.safe_load_all((DOCKER / "k8s" / "gateway.yaml").read_text())}
+    pod = gateway["Deployment"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == manifest["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert container["command"][0] == "pasu"
+    args = build_parser().parse_args(container["command"][1:])
+    assert args.cloud_command == "gateway"
+    cloud = manifest["Service"]
+    service_dns = f"{cloud['metadata']['name']}.{cloud['metadata']['namespace']}.svc.cluster.local"
+    grpc_port = next(p["port"] for p in cloud["spec"]["ports"] if p["name"] == "grpc")
+    assert args.cloud == f"dns:///{service_dns}:{grpc_port}"  # every replica, balanced by the gateway's client
+    (port,) = container["ports"]
+    assert (args.host, args.port) == ("0.0.0.0", port["containerPort"])
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    service = gateway["Service"]
+    assert service["spec"]["selector"] == gateway["Deployment"]["spec"]["selector"]["matchLabels"] == \
+        pod["metadata"]["labels"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [port["name"]]

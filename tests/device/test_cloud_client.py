@@ -139,6 +139,23 @@ def test_wrong_token_falls_back_unauthenticated(start_server):
         assert outcome.fallback is FallbackReason.UNAUTHENTICATED and outcome.attempts == 1  # no retry
 
 
+def test_a_calls_own_token_replaces_the_clients(start_server):
+    server = start_server(auth_tokens=("right",))
+    with CloudClient(f"127.0.0.1:{server.port}", deadline_s=5, token="wrong") as client:
+        assert client.understand(support.waveform(0.5), 16000, token="right").ok
+        assert client.understand(support.waveform(0.5), 16000).fallback is FallbackReason.UNAUTHENTICATED
+
+
+def test_serving_reports_the_servers_health_without_a_token(start_server):
+    server = start_server(auth_tokens=("right",))
+    with CloudClient(f"127.0.0.1:{server.port}") as client:
+        assert client.serving()
+        server.stop()
+        assert not client.serving(timeout_s=0.5)
+    with CloudClient(f"127.0.0.1:{_free_port()}") as nobody:
+        assert not nobody.serving(timeout_s=0.5)
+
+
 def test_full_server_falls_back_resource_exhausted(start_server):
     slow = support.SlowRecognizer(support.tiny_recognizer(), delay_s=0.5)
     server = start_server(slow, max_batch_size=1, max_queue=1)
