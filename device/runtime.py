@@ -26,6 +26,7 @@ from pasu.metrics import SluResult
 
 if TYPE_CHECKING:
     from pasu.device.intent_offramp import IntentMixture
+    from pasu.device.spelling import SpellingCorrector
     from pasu.models.lm import PackagedLm
 
 
@@ -45,6 +46,7 @@ class DeviceModel:
         # the intent reader the answer weighs in (MODEL/offramp: `offramp_train.load_device_model`); None: the
         # decoder's intent as it is
         self.intent_mixture: IntentMixture | None = None
+        self.speller: SpellingCorrector | None = None  # rewrites unknown words of the answer (use_speller)
 
     def _build_search(self) -> BeamSearch:
         lm = self.lm.model.lm if self.lm is not None else None  # the network inside ESPnetLanguageModel scores
@@ -61,6 +63,11 @@ class DeviceModel:
         self.search = self._build_search()
         # the model's name stays (an LM at weight 0 changes nothing); replay caches must tell them apart
         self.weights_id += f"+{lm.name}@{weights_digest(lm.weights)}"
+
+    def use_speller(self, speller: SpellingCorrector, source: Path) -> None:
+        """Correct the answers' unknown words with `speller` (read from the file `source`)."""
+        self.speller = speller
+        self.weights_id += f"+words@{weights_digest(source)}"  # the answers change: replay caches must tell
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> DeviceModel:
@@ -90,12 +97,13 @@ class DeviceModel:
 
     def answer(self, tokens: Sequence[int], hypothesis: Hypothesis | None) -> SluResult:
         """What the device answers: `read(tokens)`, its intent the mixture's when a reader is attached and the
-        search's `hypothesis` of these tokens gives the decoder's confidence."""
+        search's `hypothesis` of these tokens gives the decoder's confidence, then its unknown words corrected
+        when a speller is attached (the reader reads the words as the decoder wrote them, as it was chosen)."""
         slu = self.read(tokens)
-        if self.intent_mixture is None or hypothesis is None:
-            return slu
-        intent, _ = self.intent_mixture.reading(slu, intent_confidence(hypothesis))
-        return replace(slu, intent=intent)
+        if self.intent_mixture is not None and hypothesis is not None:
+            intent, _ = self.intent_mixture.reading(slu, intent_confidence(hypothesis))
+            slu = replace(slu, intent=intent)
+        return self.speller.correct(slu) if self.speller is not None else slu
 
     def espnet_search(self, beam_size: int, ctc_weight: float, batch: bool, lm_weight: float = 0.0) -> Any:
         """ESPnet's own BatchBeamSearch / BeamSearch with the same scorers (the vanilla baselines), the LM

@@ -446,15 +446,23 @@ def _register_lm(sub: argparse._SubParsersAction) -> None:
         train.add_argument(flag, type=kind, default=None, help=f"{what} (default: {shown})")
     train.set_defaults(run=_lm_train)
     ngram = commands.add_parser(
-        "ngram", help="a word n-gram LM (Kneser-Ney) on training sentences, for rescoring Whisper's n-best",
+        "ngram", help="a word n-gram LM (Kneser-Ney) on training sentences: Whisper's n-best rescoring, the device's spelling",
         description="Count a word n-gram LM (interpolated Kneser-Ney) over the distinct sentences of a corpus's\n"
                     "train split (or a text file's lines, normalized as the corpus), and write it as JSON.\n"
-                    "A Whisper model folder uses it with `rescore_lm: FILE` in its whisper.yaml.",
-        epilog="Example: pasu lm ngram --corpus data/corpus-full --out models/shipped/cloud/ngram.json",
+                    "A Whisper model folder uses it with `rescore_lm: FILE` in its whisper.yaml; a device model\n"
+                    "folder's words.json.gz is one, whose words its answers are corrected towards\n"
+                    "(pasu.device.spelling).",
+        epilog="Examples:\n"
+               "  pasu lm ngram --corpus data/corpus-full --out models/shipped/cloud/ngram.json\n"
+               "  pasu lm ngram --corpus data/corpus-full --also data/pseudo-train-slots.jsonl "
+               "--out models/shipped/device/words.json.gz",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ngram.add_argument("--corpus", type=Path, required=True,
                        help="a corpus folder (its train.jsonl) or a text file with one sentence per line")
-    ngram.add_argument("--out", type=Path, required=True, help="the LM file to write (JSON)")
+    ngram.add_argument("--also", type=Path, action="append", default=[], metavar="SOURCE",
+                       help="more sentences: a corpus folder's train split, a sentence file (.jsonl) or a text file; "
+                            "repeatable")
+    ngram.add_argument("--out", type=Path, required=True, help="the LM file to write (JSON; gzipped when it ends in .gz)")
     ngram.add_argument("--order", type=int, default=3, help="n-gram order (default: 3)")
     ngram.set_defaults(run=_lm_ngram)
 
@@ -542,7 +550,7 @@ def _lm_train(args: argparse.Namespace) -> int:
 def _lm_ngram(args: argparse.Namespace) -> int:
     from pasu.models.ngram_lm import NgramLm, training_sentences
 
-    sentences = training_sentences(args.corpus)
+    sentences = list(dict.fromkeys(s for source in [args.corpus, *args.also] for s in training_sentences(source)))
     lm = NgramLm.train(sentences, order=args.order)
     lm.save(args.out)
     sizes = ", ".join(f"{len(level):,} {n + 1}-grams" for n, level in enumerate(lm.counts))

@@ -158,14 +158,17 @@ class NgramLm:
 
 
 def training_sentences(source: str | os.PathLike, split: str = "train") -> list[str]:
-    """Distinct sentences in first-seen order: a corpus folder's `<split>.jsonl` texts, or a text file's lines
-    normalized as the corpus normalizes (lower case, no punctuation)."""
-    from pasu.corpus.text import normalize_text
+    """Distinct sentences in first-seen order: a corpus folder's `<split>.jsonl` texts, a sentence file's (`.jsonl`,
+    as `pasu corpus swap-slots` and `pasu text-intent pseudo-label` write), or a text file's lines normalized as
+    the corpus normalizes (lower case, no punctuation)."""
+    from pasu.corpus.text import normalize_text, read_sentences
     from pasu.models.data import load_split
 
     source = Path(source)
     if source.is_dir():
         texts = [u.text for u in load_split(source, split)]
+    elif source.suffix == ".jsonl":
+        texts = [s.text for s in read_sentences(source)]
     else:
         texts = [normalize_text(line) for line in source.read_text().splitlines()]
     return list(dict.fromkeys(t for t in texts if t))

@@ -57,3 +57,18 @@ def test_an_lm_on_other_tokens_is_refused(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="another token list"):
         model.use_lm(PackagedLm(network, other, "other-lm", tmp_path / "model.pt"))
     assert model.lm is None and model.weights_id == "tiny"
+
+
+def test_a_words_file_in_the_folder_corrects_the_answer_and_names_itself_in_the_weights_id(tmp_path, cloud_support):
+    from pasu.device.spelling import WORDS_FILE
+    from pasu.models.ngram_lm import NgramLm
+
+    folder = cloud_support.write_model_folder(tmp_path / "model")
+    plain = load_device_model(folder)
+    assert plain.speller is None
+    NgramLm.train(cloud_support.TEXTS).save(folder / WORDS_FILE)
+    model = load_device_model(folder)
+    assert model.weights_id.startswith(plain.weights_id + "+words@")  # replays made without it are not reused
+    tokens = cloud_support.tiny_parts()[1].encode("alarm_set wake me up at fiv am")
+    assert model.read(tokens).text == "wake me up at fiv am"  # what the decoder wrote (pilots, benchmarks)
+    assert model.answer(tokens, None).text == "wake me up at five am"  # what the device answers

@@ -62,6 +62,24 @@ def test_training_sentences_are_distinct_corpus_texts_or_normalized_lines(tmp_pa
     assert training_sentences(lines) == ["wake me up at 5 please"]
 
 
+def test_sentence_files_give_their_texts_and_the_cli_counts_every_source(tmp_path, capsys):
+    from pasu.cli import main
+    from pasu.corpus.text import Sentence, write_sentences
+    from pasu.models.data import write_synthetic_corpus
+    from pasu.models.ngram_lm import NgramLm, training_sentences
+    from pasu.slu import Slot
+
+    swapped = tmp_path / "swap.jsonl"
+    write_sentences(swapped, [Sentence("s1", "wake me up at nine pm", "alarm", "set", "alarm_set",
+                                       (Slot("time", "nine pm"),), "slot_swap")])
+    assert training_sentences(swapped) == ["wake me up at nine pm"]
+    corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=10, n_dev=1)
+    out = tmp_path / "words.json.gz"
+    assert main(["lm", "ngram", "--corpus", str(corpus), "--also", str(swapped), "--out", str(out)]) == 0
+    assert "9 sentences" in capsys.readouterr().out  # the corpus's 8 and the swapped one
+    assert ("nine",) in NgramLm.load(out).counts[0]
+
+
 def _read_arpa(path) -> list[dict[tuple[str, ...], tuple[float, float]]]:
     """ARPA's sections: gram -> (log10 P, log10 backoff weight, 0 where none is written)."""
     levels: list[dict] = []
