@@ -6,7 +6,7 @@ wrong ("windi", "birthdy"): 10.5% of the words of its `dev` answers are in no tr
 `min_length` letters or more is replaced by the known word, of those within `max_relative_distance` edits per
 letter and `edit_slack` edits of the nearest, that scores best on `-edits + lm_weight x (log P(word | the two before) + log P(the next word | ...))` under a word
 trigram of the training sentences; known words stay. Slot values are words of the transcript, so they follow the
-same replacements. Candidates come from rapidfuzz's Levenshtein search over the vocabulary: about 0.6 ms an
+same replacements. Candidates come from rapidfuzz's Levenshtein search over the vocabulary: about 0.5 ms an
 utterance on the build machine. The trigram ships in the model folder (`MODEL/words.json.gz`, `pasu lm ngram`).
 """
 
@@ -29,12 +29,12 @@ WORDS_FILE = "words.json.gz"  # in a device model folder: the trigram whose word
 @dataclass(frozen=True)
 class SpellingOptions:
     """How far a heard word may be from the word it becomes. Chosen on all 2,033 `dev` replays (the device
-    card): WER 24.7% -> 22.4%; the neighbours (0.6-1.0 edits per letter, weight 0.2-0.3) within 0.1 point."""
+    card): WER 24.7% -> 22.4%; the neighbours (0.6-1.0 edits per letter, weight 0.1-0.3) within 0.2 points."""
 
     max_relative_distance: float = 0.8  # edits per letter of the heard word (at least one edit)
     lm_weight: float = 0.2  # of the trigram's log-probabilities (natural log) against one edit
     min_length: int = 3  # shorter words ("a", "an", "to"'s misspellings) stay as heard: too many neighbours
-    # only candidates within this many edits of the nearest are scored by the trigram: 0.6 ms an utterance
+    # only candidates within this many edits of the nearest are scored by the trigram: 0.5 ms an utterance
     # against 3.1 ms for all within reach, at 0.05 points of `dev` WER
     edit_slack: int = 1
 
