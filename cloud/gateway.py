@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import numpy as np
 import soundfile
 
 from pasu.cloud.auth import bearer_token
@@ -91,13 +92,10 @@ class Gateway:
         return f"http://{host}:{port}"
 
     def start(self) -> Gateway:
-        """Serve on a background thread (tests, the demo); `serve_forever` serves on this one."""
+        """Serve on a background thread until `stop`."""
         self._thread = threading.Thread(target=self._http.serve_forever, name="pasu-gateway", daemon=True)
         self._thread.start()
         return self
-
-    def serve_forever(self) -> None:
-        self._http.serve_forever()
 
     def stop(self) -> None:
         """Stop accepting; requests in progress finish on their threads."""
@@ -139,7 +137,7 @@ class Gateway:
         status = HTTPStatus.OK if serving else HTTPStatus.SERVICE_UNAVAILABLE
         return Reply(status, {"status": "serving" if serving else "not serving", "cloud": self.client.target})
 
-    def _waveform(self, audio_file: bytes):
+    def _waveform(self, audio_file: bytes) -> np.ndarray:
         if not audio_file:
             raise AudioError("empty body: POST the audio file's bytes")
         try:

@@ -4,8 +4,9 @@ known word nearest in spelling and likeliest in its context.
 The device model writes words from about 300 sentencepiece tokens, and often hears a word right but spells it
 wrong ("windi", "birthdy"): 10.5% of the words of its `dev` answers are in no training sentence. Each such word of
 `min_length` letters or more is replaced by the known word, of those within `max_relative_distance` edits per
-letter and `edit_slack` edits of the nearest, that scores best on `-edits + lm_weight x (log P(word | the two before) + log P(the next word | ...))` under a word
-trigram of the training sentences; known words stay. Slot values are words of the transcript, so they follow the
+letter and `edit_slack` edits of the nearest, that scores best on
+`-edits + lm_weight x (log P(word | the two before) + log P(the next word | ...))` under a word trigram of the
+training sentences; known words stay. Slot values are words of the transcript, so they follow the
 same replacements. Candidates come from rapidfuzz's Levenshtein search over the vocabulary: about 0.5 ms an
 utterance on the build machine. The trigram ships in the model folder (`MODEL/words.json.gz`, `pasu lm ngram`).
 """

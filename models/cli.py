@@ -446,7 +446,8 @@ def _register_lm(sub: argparse._SubParsersAction) -> None:
         train.add_argument(flag, type=kind, default=None, help=f"{what} (default: {shown})")
     train.set_defaults(run=_lm_train)
     ngram = commands.add_parser(
-        "ngram", help="a word n-gram LM (Kneser-Ney) on training sentences: Whisper's n-best rescoring, the device's spelling",
+        "ngram",
+        help="a word n-gram LM (Kneser-Ney) on training sentences: Whisper's n-best rescoring, the device's spelling",
         description="Count a word n-gram LM (interpolated Kneser-Ney) over the distinct sentences of a corpus's\n"
                     "train split (or a text file's lines, normalized as the corpus), and write it as JSON.\n"
                     "A Whisper model folder uses it with `rescore_lm: FILE` in its whisper.yaml; a device model\n"
@@ -462,7 +463,8 @@ def _register_lm(sub: argparse._SubParsersAction) -> None:
     ngram.add_argument("--also", type=Path, action="append", default=[], metavar="SOURCE",
                        help="more sentences: a corpus folder's train split, a sentence file (.jsonl) or a text file; "
                             "repeatable")
-    ngram.add_argument("--out", type=Path, required=True, help="the LM file to write (JSON; gzipped when it ends in .gz)")
+    ngram.add_argument("--out", type=Path, required=True,
+                       help="the LM file to write (JSON; gzipped when it ends in .gz)")
     ngram.add_argument("--order", type=int, default=3, help="n-gram order (default: 3)")
     ngram.set_defaults(run=_lm_ngram)
 
