@@ -29,10 +29,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
-import soundfile
 
 from pasu.cloud.auth import bearer_token
-from pasu.device.audio import AudioError, check_length, prepare
+from pasu.device.audio import AudioError, check_length, decode_audio
 from pasu.device.cloud_client import CloudClient, CloudResult, FallbackReason
 
 log = logging.getLogger("pasu.gateway")
@@ -140,13 +139,7 @@ class Gateway:
     def _waveform(self, audio_file: bytes) -> np.ndarray:
         if not audio_file:
             raise AudioError("empty body: POST the audio file's bytes")
-        try:
-            samples, rate = soundfile.read(io.BytesIO(audio_file), dtype="float32", always_2d=True)
-        except soundfile.LibsndfileError as error:  # its own text names a BytesIO object
-            raise AudioError(f"not a readable audio file ({error.error_string})") from None
-        except RuntimeError as error:
-            raise AudioError(f"not a readable audio file ({error})") from None
-        waveform = prepare(samples, rate, self.options.sample_rate, source="upload")
+        waveform = decode_audio(io.BytesIO(audio_file), self.options.sample_rate, source="upload")
         check_length(len(waveform), self.options.sample_rate, source="upload")
         return waveform
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -16,16 +17,23 @@ class AudioError(ValueError):
 
 def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """Decode a WAV/FLAC/OGG/... file, mix to mono and resample: 1-D float32 in [-1, 1]."""
-    import soundfile as sf
-
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: no such file")
+    return decode_audio(str(path), sample_rate, source=str(path))
+
+
+def decode_audio(file: str | BinaryIO, sample_rate: int = SAMPLE_RATE, source: str = "audio") -> np.ndarray:
+    """`load_audio` of a path or an open binary file (an upload's bytes in a BytesIO)."""
+    import soundfile as sf
+
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    except (RuntimeError, sf.LibsndfileError) as error:  # libsndfile's message names the problem
-        raise AudioError(f"{path}: not a readable audio file ({error})") from None
-    return prepare(data.mean(axis=1), rate, sample_rate, source=str(path))
+        data, rate = sf.read(file, dtype="float32", always_2d=True)
+    except sf.LibsndfileError as error:  # its own text names the problem (and the file object, said by `source`)
+        raise AudioError(f"{source}: not a readable audio file ({error.error_string})") from None
+    except RuntimeError as error:
+        raise AudioError(f"{source}: not a readable audio file ({error})") from None
+    return prepare(data.mean(axis=1), rate, sample_rate, source=source)
 
 
 def prepare(samples: np.ndarray, rate: int, sample_rate: int = SAMPLE_RATE, source: str = "audio") -> np.ndarray:

@@ -272,11 +272,11 @@ def load_device_model(folder: str | Path, offramp_folder: str | Path | None = No
     (pasu.device.spelling), with the intent reader of its offramp folder (default FOLDER/offramp) weighed into its
     answers when that folder has one."""
     from pasu.device.runtime import DeviceModel
-    from pasu.device.spelling import WORDS_FILE, SpellingCorrector
+    from pasu.device.spelling import WORDS_FILE
 
     model = DeviceModel.from_folder(folder)
     if (Path(folder) / WORDS_FILE).is_file():
-        model.use_speller(SpellingCorrector.load(Path(folder) / WORDS_FILE), Path(folder) / WORDS_FILE)
+        model.use_speller(Path(folder) / WORDS_FILE)
     reader_folder = Path(offramp_folder) if offramp_folder is not None else Path(folder) / OFFRAMP_DIR
     if (reader_folder / READER_FILES[0]).is_file():
         model.intent_mixture = IntentMixture(IntentReader.load(reader_folder))

@@ -64,10 +64,12 @@ class DeviceModel:
         # the model's name stays (an LM at weight 0 changes nothing); replay caches must tell them apart
         self.weights_id += f"+{lm.name}@{weights_digest(lm.weights)}"
 
-    def use_speller(self, speller: SpellingCorrector, source: Path) -> None:
-        """Correct the answers' unknown words with `speller` (read from the file `source`)."""
-        self.speller = speller
-        self.weights_id += f"+words@{weights_digest(source)}"  # the answers change: replay caches must tell
+    def use_speller(self, words_file: Path) -> None:
+        """Correct the answers' unknown words towards those of `words_file` (pasu.device.spelling)."""
+        from pasu.device.spelling import SpellingCorrector
+
+        self.speller = SpellingCorrector.load(words_file)
+        self.weights_id += f"+words@{weights_digest(words_file)}"  # the answers change: replay caches must tell
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> DeviceModel:

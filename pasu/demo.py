@@ -178,20 +178,16 @@ def _free_port() -> int:
 
 
 def _wait_healthy(address: str, process: subprocess.Popen, timeout_s: float) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from pasu.device.cloud_client import CloudClient
 
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+    with CloudClient(address) as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"the cloud server exited with code {process.returncode}; see its log")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                time.sleep(0.5)
+            if client.serving(timeout_s=1.0):
+                return
+            time.sleep(0.5)
     raise RuntimeError(f"the cloud server did not become healthy within {timeout_s:.0f} s")
 
 
