@@ -58,9 +58,14 @@ def add_pilot_flags(parser: argparse.ArgumentParser, tau_note: str = "", pilots_
 
 def add_replay_flags(parser: argparse.ArgumentParser, lm_note: str) -> None:
     """The agent's flags that change what a replay of it answers and judges: the LM and the pilots' schedule
-    (read back by replay_options)."""
+    (read back by replay_options); and how many processes replay."""
     add_lm_flags(parser, lm_note)
     add_pilot_flags(parser)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes replaying utterances at once, one torch thread each (default 1): the same "
+                             "answers in half the time with 2 on 2 cores. Replays time their stages, so give each a "
+                             "core, and compare latencies between runs with the same --jobs (on the build machine 2 "
+                             "measured 0.8-0.9x the latencies of 1)")
 
 
 def replay_options(model: DeviceModel, args: argparse.Namespace) -> AgentOptions:

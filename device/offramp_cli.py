@@ -119,7 +119,7 @@ def run_train(args: argparse.Namespace) -> int:
     model = load_device_model(args.model, out)
     agent = replay_options(model, args)
     held_out = readers_without(reader, args.corpus, args.split) if args.reader_learns_split else None
-    replay = Replayer(model, args.corpus, args.split, held_out, agent)
+    replay = Replayer(model, args.corpus, args.split, held_out, agent, args.jobs)
     samples = replay(utterances, args.cache or out / f"replays-{args.split}.jsonl")
     cloud_edits = cloud_word_edits(args.cloud_model, utterances, out / f"cloud-{args.split}.json") \
         if args.cloud_model else None
@@ -228,16 +228,17 @@ def wer_target_table(report: dict) -> list[str]:
 
 
 def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequence[Utterance], cache: Path,
-                  options: AgentOptions | None = None) -> list:
+                  options: AgentOptions | None = None, jobs: int = 1) -> list:
     """Replays of `utterances` by the device model as an agent with `options` (default: the agent's defaults), from
-    the cache when it holds exactly these; an LM the options name must already be in the model (use_lm_of)."""
+    the cache when it holds exactly these, else made by `jobs` processes; an LM the options name must already be
+    in the model (use_lm_of)."""
     from pasu.device.agent import AgentOptions
     from pasu.device.offramp_data import cache_key, collect, load_or_collect
 
     options = options or AgentOptions()
     reader = model.intent_mixture.digest() if model.intent_mixture else None
     key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options, reader)
-    return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress=progress_printer(split)))
+    return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress_printer(split), jobs))
 
 
 def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = None,
@@ -275,18 +276,19 @@ class Replayer:
     given fold readers (`held_out_reader.readers_without`), by the reader of its sentence's fold."""
 
     def __init__(self, model: DeviceModel, corpus: Path, split: str, readers: Sequence[IntentReader] | None = None,
-                 options: AgentOptions | None = None):
+                 options: AgentOptions | None = None, jobs: int = 1):
         self.model, self.corpus, self.split, self.readers, self.options = model, corpus, split, readers, options
+        self.jobs = jobs  # processes replaying at once (offramp_data.collect)
 
     def __call__(self, utterances: Sequence[Utterance], cache: Path) -> list:
         if not self.readers:
-            return collect_split(self.model, self.corpus, self.split, utterances, cache, self.options)
+            return collect_split(self.model, self.corpus, self.split, utterances, cache, self.options, self.jobs)
         from pasu.device.held_out_reader import read_by_fold
 
         def collect_fold(fold: int, positions: list[int]) -> list:
             part = [utterances[i] for i in positions]
             fold_cache = cache.with_name(f"{cache.stem}.fold{fold}{cache.suffix}")
-            return collect_split(self.model, self.corpus, self.split, part, fold_cache, self.options)
+            return collect_split(self.model, self.corpus, self.split, part, fold_cache, self.options, self.jobs)
 
         return read_by_fold(self.model, self.readers, [u.text for u in utterances], collect_fold)
 

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     utterances = dev_subset(load_split(args.corpus, args.split), args.utterances)
     samples = collect_split(model, args.corpus, args.split, utterances, args.out / f"replays-{args.split}.jsonl",
-                            options)
+                            options, args.jobs)
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     encodings = upload_encodings(args.encoding, profiles)
     calls, proxies = measured_offloads(cloud_model, utterances, samples, encodings, args.deadline, args.seed, args.out,

@@ -62,3 +62,16 @@ def test_the_cache_round_trips_and_is_ignored_for_another_key(tiny_model, speech
     assert again == samples and not calls
     encodings_path(tmp_path / "cache.jsonl").unlink()  # the key says it keeps encoder outputs: made again
     assert load_samples(tmp_path / "cache.jsonl", key) is None
+
+
+def test_replays_spread_over_processes_answer_as_one_process_does(tiny_model, speech_like, tmp_path):
+    utts = utterances(tmp_path, speech_like)
+    alone = collect(tiny_model, utts)
+    seen = []
+    spread = collect(tiny_model, utts, progress=lambda done, total: seen.append((done, total)), jobs=2)
+    assert [s.id for s in spread] == ["u0", "u1"]  # in the utterances' order, whichever finished first
+    for a, b in zip(alone, spread):  # the same answers and evidence; only the measured times differ
+        assert (b.local, b.pilots, b.early.tokens, b.final.tokens) == (a.local, a.pilots, a.early.tokens,
+                                                                       a.final.tokens)
+        np.testing.assert_allclose(b.early.token_att, a.early.token_att, atol=1e-4)
+    assert seen == [(1, 2), (2, 2)]
