@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -26,6 +24,7 @@ from pasu.device.decoding.search import Hypothesis
 from pasu.device.routing import Decision
 from pasu.device.runtime import DeviceModel
 from pasu.files import write_text_atomic
+from pasu.processes import map_in_processes
 from pasu.models.data import Utterance, read_audio
 
 from pasu.metrics import SluResult, utterance_wer, word_edits
@@ -157,41 +156,12 @@ def _decision_time(result: Any) -> float | None:
 def collect(model: DeviceModel, utterances: Sequence[Utterance], options: AgentOptions = DEFAULT_OPTIONS,
             progress: Callable[[int, int], None] | None = None, jobs: int = 1) -> list[OfframpSample]:
     """Replay every utterance, each alone as a device would; `jobs` > 1 spreads them over that many processes
-    with one torch thread each (a replay times its stages: give each process a core of its own)."""
-    if jobs > 1 and len(utterances) > 1:
-        return _collect_in_processes(model, utterances, options, progress, jobs)
-    samples = []
-    for i, utterance in enumerate(utterances):
-        samples.append(replay_sample(model, utterance, options))
-        if progress:
-            progress(i + 1, len(utterances))
-    return samples
+    with one core and one torch thread each (pasu.processes)."""
+    return map_in_processes(_replay, (model, options), utterances, jobs, progress)
 
 
-def _collect_in_processes(model: DeviceModel, utterances: Sequence[Utterance], options: AgentOptions,
-                          progress: Callable[[int, int], None] | None, jobs: int) -> list[OfframpSample]:
-    # spawn: a fresh interpreter, no forked torch thread pools; the model travels pickled, once per process
-    context = multiprocessing.get_context("spawn")
-    samples: list[OfframpSample | None] = [None] * len(utterances)
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(model, options)) as pool:
-        positions = {pool.submit(_replay_in_worker, utterance): i for i, utterance in enumerate(utterances)}
-        for done, future in enumerate(as_completed(positions), 1):
-            samples[positions[future]] = future.result()
-            if progress:
-                progress(done, len(utterances))
-    return samples  # type: ignore[return-value]  # every position filled
-
-
-_worker: dict[str, Any] = {}  # a replay process's model and options (_start_worker)
-
-
-def _start_worker(model: DeviceModel, options: AgentOptions) -> None:
-    torch.set_num_threads(1)
-    _worker.update(model=model, options=options)
-
-
-def _replay_in_worker(utterance: Utterance) -> OfframpSample:
-    return replay_sample(_worker["model"], utterance, _worker["options"])
+def _replay(shared: tuple[DeviceModel, AgentOptions], utterance: Utterance) -> OfframpSample:
+    return replay_sample(shared[0], utterance, shared[1])
 
 
 # ---- cache ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from pasu.metrics import SluResult, evaluate_slu, mean_rtf
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
+from pasu.processes import map_in_processes
 from pasu.models.recognizer import (
     DecodingOptions,
     Recognition,
@@ -37,23 +38,28 @@ class EvalOptions:
     # MODEL/offramp holds one, its intent reader weighed into the intent (`device.agent.LocalAnswers`); False:
     # ESPnet's beam search and the decoder's own intent
     as_agent: bool = False
+    # processes decoding at once, one torch thread each (the recognizer must pickle: not a Whisper folder)
+    jobs: int = 1
 
 
-def evaluate_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "") -> dict:
+def evaluate_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "", jobs: int = 1) -> dict:
     """Decode one utterance at a time (as a device does) and score against the manifest labels."""
-    return score_split(utterances, decode_split(recognizer, utterances, desc))
+    return score_split(utterances, decode_split(recognizer, utterances, desc, jobs))
 
 
-def decode_split(recognizer: Recognizer, utterances: Sequence[Utterance],
-                 desc: str = "") -> list[tuple[Recognition, float]]:
-    """Each utterance's recognition and the seconds it took, one utterance at a time."""
-    decoded = []
-    for utt in tqdm(utterances, desc=desc, unit="utt", dynamic_ncols=True):
-        audio = read_audio(utt.audio)
-        started = time.perf_counter()
-        recognition = recognizer.recognize_batch([audio])[0]
-        decoded.append((recognition, time.perf_counter() - started))
-    return decoded
+def decode_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "",
+                 jobs: int = 1) -> list[tuple[Recognition, float]]:
+    """Each utterance's recognition and the seconds it took, one utterance at a time; `jobs` > 1 spreads them over
+    that many processes with one core and one torch thread each (pasu.processes; the recognizer is pickled)."""
+    with tqdm(total=len(utterances), desc=desc, unit="utt", dynamic_ncols=True) as bar:
+        return map_in_processes(_decode, recognizer, utterances, jobs, lambda done, total: bar.update(1))
+
+
+def _decode(recognizer: Recognizer, utterance: Utterance) -> tuple[Recognition, float]:
+    audio = read_audio(utterance.audio)
+    started = time.perf_counter()
+    recognition = recognizer.recognize_batch([audio])[0]
+    return recognition, time.perf_counter() - started
 
 
 def score_split(utterances: Sequence[Utterance], decoded: Sequence[tuple[Recognition, float]]) -> dict:
@@ -75,6 +81,8 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
         from pasu.models.text_intent import TextIntentClassifier
 
         recognizer = TextIntentPass(recognizer, TextIntentClassifier.load(opts.text_intent))
+    if opts.jobs > 1:
+        _check_picklable(recognizer, opts.jobs)
     held_out: set[str] = set()  # splits the agent's intent reader learned: read by fold readers
     if opts.as_agent:
         from pasu.device.held_out_reader import model_reader_learned
@@ -85,17 +93,29 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
         if opts.limit:
             utterances = dev_subset(utterances, opts.limit)
         if split in held_out:
-            results[split] = _evaluate_held_out(recognizer, corpus_dir, split, utterances)
+            results[split] = _evaluate_held_out(recognizer, corpus_dir, split, utterances, opts.jobs)
         else:
-            results[split] = evaluate_split(recognizer, utterances, desc=split)
+            results[split] = evaluate_split(recognizer, utterances, split, opts.jobs)
     results["decoding"] = asdict(opts.decoding)
+    results["jobs"] = opts.jobs  # decode_seconds were timed by this many processes side by side
     results["model_id"] = recognizer.model_id
     results["corpus"] = str(corpus_dir)
     return results
 
 
+def _check_picklable(recognizer: Recognizer, jobs: int) -> None:
+    """ValueError now, rather than a broken process pool later, when `recognizer` cannot go to other processes."""
+    import pickle
+
+    try:
+        pickle.dumps(recognizer)
+    except (TypeError, AttributeError, pickle.PicklingError) as e:
+        raise ValueError(f"--jobs {jobs}: this model's recognizer cannot be sent to other processes ({e}); "
+                         "decode it with --jobs 1 (and --threads for more cores)") from None
+
+
 def _evaluate_held_out(agent: Recognizer, corpus_dir: str | Path, split: str,
-                       utterances: Sequence[Utterance]) -> dict:
+                       utterances: Sequence[Utterance], jobs: int = 1) -> dict:
     """The agent scored on a split its intent reader learned (`pasu offramp train --reader-learns-split`): each
     utterance read by the reader refitted without its sentence's fold, as on sentences it never saw."""
     from pasu.device.held_out_reader import read_by_fold, readers_without
@@ -103,7 +123,7 @@ def _evaluate_held_out(agent: Recognizer, corpus_dir: str | Path, split: str,
     readers = readers_without(agent.model.intent_mixture.reader, corpus_dir, split)
     decoded = read_by_fold(agent.model, readers, [u.text for u in utterances],
                            lambda fold, positions: decode_split(agent, [utterances[i] for i in positions],
-                                                                desc=f"{split} fold {fold}"))
+                                                                f"{split} fold {fold}", jobs))
     return {**score_split(utterances, decoded), "intent_reader": "held out by sentence fold"}
 
 

@@ -91,3 +91,28 @@ def test_scores_are_perfect_when_the_recognizer_returns_the_labels(corpus_and_mo
     utterances = load_split(corpus, "dev")
     scores = evaluate_split(_Oracle(utterances), utterances)
     assert scores["wer"] == 0.0 and scores["intent_accuracy"] == 1.0 and scores["n"] == len(utterances)
+
+
+def test_eval_on_two_processes_scores_as_one_process_does(corpus_and_model, tmp_path):
+    corpus, model = corpus_and_model
+    scores = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"eval-{jobs}.json"
+        proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(model), "--corpus", str(corpus),
+                               "--splits", "dev", "--beam", "2", "--jobs", jobs, "--as-agent", "--out", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results = json.loads(out.read_text())
+        assert results["jobs"] == int(jobs)
+        scores.append({k: results["dev"][k] for k in ("n", "wer", "intent_accuracy", "slu_f1")})
+    assert scores[0] == scores[1]
+
+
+def test_eval_on_two_processes_refuses_a_recognizer_that_cannot_travel(corpus_and_model):
+    from pasu.settings import shipped_model
+
+    corpus, _ = corpus_and_model
+    proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(shipped_model("cloud")), "--corpus",
+                           str(corpus), "--splits", "dev", "--jobs", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--jobs 2: this model's recognizer cannot be sent" in proc.stderr
+    assert "Traceback" not in proc.stderr
