@@ -24,8 +24,8 @@ from pasu.device.decoding.search import Hypothesis
 from pasu.device.routing import Decision
 from pasu.device.runtime import DeviceModel
 from pasu.files import write_text_atomic
-from pasu.processes import map_in_processes
 from pasu.models.data import Utterance, read_audio
+from pasu.processes import map_in_processes
 
 from pasu.metrics import SluResult, utterance_wer, word_edits
 from pasu.slu import Slot

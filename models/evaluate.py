@@ -13,7 +13,6 @@ from tqdm import tqdm
 
 from pasu.metrics import SluResult, evaluate_slu, mean_rtf
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
-from pasu.processes import map_in_processes
 from pasu.models.recognizer import (
     DecodingOptions,
     Recognition,
@@ -22,6 +21,7 @@ from pasu.models.recognizer import (
     is_model_folder,
     load_recognizer,
 )
+from pasu.processes import map_in_processes
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,7 @@ def map_in_processes(work: Callable[[Any, Item], Result], shared: Any, items: Se
     """[work(shared, item) for item in items], computed by `jobs` processes (`work`: a module-level function);
     `progress(done, total)` after each item, in the order they finish."""
     if jobs <= 1 or len(items) <= 1:
-        results = []
-        for item in items:
-            results.append(work(shared, item))
-            if progress:
-                progress(len(results), len(items))
-        return results
+        return _map_here(work, shared, items, progress)
     results: list[Any] = [None] * len(items)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(min(jobs, len(items)), mp_context=context, initializer=_start,
@@ -41,6 +36,16 @@ def map_in_processes(work: Callable[[Any, Item], Result], shared: Any, items: Se
             results[positions[future]] = future.result()
             if progress:
                 progress(done, len(items))
+    return results
+
+
+def _map_here(work: Callable[[Any, Item], Result], shared: Any, items: Sequence[Item],
+              progress: Callable[[int, int], None] | None) -> list[Result]:
+    results = []
+    for item in items:
+        results.append(work(shared, item))
+        if progress:
+            progress(len(results), len(items))
     return results
 
 
