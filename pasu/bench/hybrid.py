@@ -34,7 +34,7 @@ from pasu.bench.hybrid_eval import (
     table5,
     target_checks,
 )
-from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
+from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, plot_fig6, table5_block
 from pasu.files import write_text_atomic
 from pasu.device.cli import add_replay_flags
 
@@ -121,11 +121,13 @@ def run(args: argparse.Namespace) -> int:
         result["proxy"] = proxies[profile]
         results["profiles"][profile] = result
         print_profile(profile, result)
-        plot_fig4([Outcome(**o) for o in result["designs"]], [Outcome(**o) for o in result["naive_line"]],
-                  args.out / f"fig4-{profile}.png", f"{args.split}, {len(samples)} utterances, network {profile}")
+        designs, naive = [Outcome(**o) for o in result["designs"]], [Outcome(**o) for o in result["naive_line"]]
+        title = f"{args.split}, {len(samples)} utterances, network {profile}"
+        plot_fig4(designs, naive, args.out / f"fig4-{profile}.png", title)
+        plot_fig6(designs, naive, args.out / f"fig6-{profile}.png", title)
     path = args.out / "hybrid.json"
     path.write_text(json.dumps(results, indent=2))
-    print(f"wrote {path} and {', '.join(f'fig4-{p}.png' for p in profiles)} in {args.out}")
+    print(f"wrote {path} and {', '.join(f'fig4-{p}.png, fig6-{p}.png' for p in profiles)} in {args.out}")
     return 0
 
 
@@ -292,7 +294,8 @@ def print_profile(profile: str, result: dict[str, Any]) -> None:
           f"p90 {1000 * cloud['p90']:.0f} ms, {result['cloud_failures']} failed ===")
     if "reused" in result["proxy"]:
         print(f"(round trips measured by an earlier run: {result['proxy']['reused']})")
-    print("Fig. 4 (designs; Ours-*-L/M/H thresholds calibrated on dev for 25/47/63% offload):")
+    print("Fig. 4 (designs; Ours-*-L/M/H thresholds calibrated on dev for 25/47/63% offload; Fig. 6: the share "
+          "offloaded of the target utterances, local WER > 0.1, and of the others):")
     print(designs_table([Outcome(**o) for o in result["designs"]]))
     print("\nTable 5 (least offloading meeting each WER target; thresholds and alpha tuned on these utterances; "
           "NaiveHybrid in expectation over its draws):")

@@ -71,6 +71,10 @@ class Outcome:
     p90: float | None = None
     fallbacks: int = 0  # offloads the cloud did not answer (the local answer was used)
     threshold: float | None = None  # the offramp threshold, or NaiveHybrid's probability
+    # selectivity (the paper's Fig. 6): the share offloaded of the "target" utterances, those the device gets
+    # wrong (local WER above 0.1, the paper's offramp label), and of the others; None: no such utterance
+    target_offloaded: float | None = None
+    other_offloaded: float | None = None
 
 
 def hypotheses(samples: Sequence[OfframpSample], late: bool) -> list[Hypothesis | None]:
@@ -106,9 +110,14 @@ def combine(name: str, samples: Sequence[OfframpSample], calls: Sequence[CloudCa
             latencies.append(sample.local_latency + spent + call.latency)
     scores = evaluate_slu([s.reference for s in samples], answers)
     stats = LatencyStats.from_seconds(latencies)
+    target = np.array([s.bad() for s in samples], dtype=bool)
     return Outcome(name, float(np.mean(offload)), scores.wer, scores.intent_accuracy, stats.mean,
                    mean_rtf(latencies, [s.duration for s in samples]), scores.slu_f1, stats.p50, stats.p90,
-                   fallbacks, threshold)
+                   fallbacks, threshold, _share(offload[target]), _share(offload[~target]))
+
+
+def _share(offloaded: np.ndarray) -> float | None:
+    return float(np.mean(offloaded)) if len(offloaded) else None
 
 
 def run_policy(policy: Policy, samples: Sequence[OfframpSample], calls: Sequence[CloudCall],
@@ -124,7 +133,7 @@ def naive_expected(p: float, on_device: Outcome, all_offload: Outcome, edits: tu
     return Outcome(f"NaiveHybrid(p={p:.2f})", p, mix(local_edits, cloud_edits) / words,
                    mix(on_device.intent_accuracy, all_offload.intent_accuracy),
                    mix(on_device.mean_latency, all_offload.mean_latency), mix(on_device.mean_rtf, all_offload.mean_rtf),
-                   threshold=p)
+                   threshold=p, target_offloaded=p, other_offloaded=p)  # chance: as many of either
 
 
 def edit_totals(samples: Sequence[OfframpSample], calls: Sequence[CloudCall]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
-"""What `pasu bench hybrid` prints and draws: Fig. 4 as a table and a plot per network, Table 5, the targets."""
+"""What `pasu bench hybrid` prints and draws: Fig. 4 as a table and a plot per network, Table 5, the targets, and
+Fig. 6 (how selectively each design offloads) as a plot."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ def _pct(x: float | None) -> str:
 def designs_table(outcomes: Sequence[Outcome]) -> str:
     """Fig. 4 as numbers: accuracy and latency of every design."""
     head = f"{'design':<24}{'offload%':>9}{'WER%':>7}{'IC%':>7}{'SLU-F1%':>8}{'mean ms':>9}{'p50 ms':>8}" \
-           f"{'p90 ms':>8}{'RTF':>7}{'fallbk':>7}"
+           f"{'p90 ms':>8}{'RTF':>7}{'fallbk':>7}{'tgt off%':>9}{'other off%':>11}"
     lines = [head, "-" * len(head)]
     for o in outcomes:
         lines.append(f"{o.design:<24}{_pct(o.offload_ratio):>9}{_pct(o.wer):>7}{_pct(o.intent_accuracy):>7}"
                      f"{_pct(o.slu_f1):>8}{_ms(o.mean_latency):>9}{_ms(o.p50):>8}{_ms(o.p90):>8}"
-                     f"{o.mean_rtf:>7.3f}{o.fallbacks:>7}")
+                     f"{o.mean_rtf:>7.3f}{o.fallbacks:>7}{_pct(o.target_offloaded):>9}{_pct(o.other_offloaded):>11}")
     return "\n".join(lines)
 
 
@@ -117,6 +118,39 @@ def plot_fig4(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str |
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.suptitle(f"{title}  (markers: v Offload-L, o M, ^ H)", fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_fig6(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str | Path, title: str) -> Path:
+    """The paper's Fig. 6: for each design at Offload-M and -H, the share offloaded of the utterances the device
+    gets wrong ("target") and of the others, beside what NaiveHybrid offloads of both to reach the same WER."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    shown = [o for o in outcomes if design_family(o.design)[1] in ("M", "H") and o.target_offloaded is not None]
+    # NaiveHybrid's WER falls as it offloads more: the offload it needs for a WER, read off its line
+    naive_wer = np.array([o.wer for o in naive])[::-1]
+    naive_p = np.array([o.offload_ratio for o in naive])[::-1]
+    chance = [float(np.interp(o.wer, naive_wer, naive_p)) for o in shown]
+    x = np.arange(len(shown))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(shown) + 2), 4.6))
+    ax.bar(x - 0.2, [100 * o.target_offloaded for o in shown], 0.4, label="target: wrong on the device", color="C3")
+    ax.bar(x + 0.2, [100 * (o.other_offloaded or 0.0) for o in shown], 0.4, label="non-target", color="C0")
+    ax.scatter(x, [100 * p for p in chance], marker="_", s=400, color="k", zorder=3,
+               label="NaiveHybrid at the same WER (either)")
+    ax.set_xticks(x, [o.design for o in shown], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("offloaded (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
     plt.close(fig)

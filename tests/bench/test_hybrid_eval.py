@@ -45,6 +45,17 @@ def test_routes_are_priced_as_the_agent_would_take_them():
     assert early.wer == pytest.approx(5 / 15)  # the failed offload falls back to the wrong local answer
     assert early.mean_latency == pytest.approx(((0.01 + 0.1) + (0.2 + 0.5) + 0.2) / 3)
     assert late.mean_latency == pytest.approx(((0.2 + 0.1) + (0.2 + 0.5) + 0.2) / 3)
+    # Fig. 6's selectivity: both utterances the device got wrong went to the cloud, none of the one it got right
+    assert (early.target_offloaded, early.other_offloaded) == (1.0, 0.0)
+    assert combine("none", samples[:2], calls[:2], offload[:2], False, cost[:2]).other_offloaded is None
+
+
+def test_naive_hybrid_offloads_either_kind_by_chance():
+    from pasu.bench.hybrid_eval import Outcome, naive_expected
+
+    device, cloud = Outcome("OnDevice", 0.0, 0.3, 0.7, 0.1, 0.05), Outcome("AllOffload", 1.0, 0.1, 0.8, 0.8, 0.4)
+    naive = naive_expected(0.4, device, cloud, (30.0, 10.0, 100.0))
+    assert naive.target_offloaded == naive.other_offloaded == 0.4 and naive.wer == pytest.approx(0.22)
 
 
 def test_table5_offramps_offload_only_the_bad_utterances_naive_hybrid_more():

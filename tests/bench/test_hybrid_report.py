@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from pasu.bench.hybrid_eval import Outcome
-from pasu.bench.hybrid_report import design_family, families, plot_fig4, table5_block
+from pasu.bench.hybrid_report import designs_table, design_family, families, plot_fig4, plot_fig6, table5_block
 
 OUTCOME = asdict(Outcome("Ours-PPL", 0.3, 0.33, 0.7, 0.5, 0.2))
 RESULT = {"table5": {"0.3300": {"NaiveHybrid": OUTCOME, "Ours-PPL": None}}}
@@ -36,3 +36,17 @@ def test_fig4_groups_each_offramps_levels_and_draws_them(tmp_path):
         "Ours-PPL+Intent": ["L", "M"], "Late-PPL": ["M"]}
     path = plot_fig4(outcomes, outcomes[:2], tmp_path / "fig4.png", "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fig6_draws_the_selectivity_of_the_m_and_h_designs_and_the_table_lists_it(tmp_path):
+    naive = [Outcome(f"NaiveHybrid(p={p:.1f})", p, 0.3 - 0.2 * p, 0.7, p, 0.1, target_offloaded=p,
+                     other_offloaded=p) for p in (0.0, 0.5, 1.0)]
+    designs = [Outcome("Ours-NoOffload", 0.0, 0.3, 0.7, 0.1, 0.05, target_offloaded=0.0, other_offloaded=0.0),
+               Outcome("Ours-PPL-M", 0.45, 0.17, 0.8, 0.4, 0.2, target_offloaded=0.8, other_offloaded=0.1),
+               Outcome("Ours-PPL-H", 0.6, 0.15, 0.8, 0.5, 0.2, target_offloaded=0.9, other_offloaded=0.3),
+               Outcome("from-an-old-run-M", 0.5, 0.2, 0.8, 0.5, 0.2)]  # no selectivity recorded: not drawn
+    path = plot_fig6(designs, naive, tmp_path / "fig6.png", "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    row = designs_table(designs).splitlines()[3]
+    assert row.startswith("Ours-PPL-M") and row.split()[-2:] == ["80.0", "10.0"]
+    assert designs_table(designs).splitlines()[-1].split()[-2:] == ["-", "-"]
