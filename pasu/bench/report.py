@@ -173,7 +173,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 def _hybrid_section(data: dict[str, Any], out_dir: Path, source: Path) -> list[str]:
     from pasu.bench.hybrid_eval import Outcome
-    from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, table5_block
+    from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, plot_fig6, table5_block
 
     lines = ["## Hybrid offloading (`pasu bench hybrid`)", "",
              f"Source: `{source}`. Device model `{data['device_model']}`, cloud model `{data['cloud_model']}`, "
@@ -182,7 +182,8 @@ def _hybrid_section(data: dict[str, Any], out_dir: Path, source: Path) -> list[s
         designs = [Outcome(**o) for o in result["designs"]]
         naive = [Outcome(**o) for o in result["naive_line"]]
         name = f"offload_{profile}.png"
-        plot_fig4(designs, naive, out_dir / name, f"{data['split']}, {data['utterances']} utterances, {profile}")
+        title = f"{data['split']}, {data['utterances']} utterances, {profile}"
+        plot_fig4(designs, naive, out_dir / name, title)
         upload = result.get("proxy", {}).get("encoding", "pcm16")  # runs before uploads could be compressed: pcm16
         cloud = result["cloud_latency"]
         lines += [f"### Network {profile} (Fig. 4)", "",
@@ -191,6 +192,11 @@ def _hybrid_section(data: dict[str, Any], out_dir: Path, source: Path) -> list[s
                   "```", designs_table(designs), "```", "",
                   "Table 5:", "", "```", table5_block(result), "```", "", "Targets:", "", "```",
                   checks_text([(c["check"], c["ok"]) for c in result["checks"]]), "```", "", f"![{name}]({name})", ""]
+        if any(o.target_offloaded is not None for o in designs):  # runs from before Fig. 6 did not record it
+            selectivity = f"selectivity_{profile}.png"
+            plot_fig6(designs, naive, out_dir / selectivity, title)
+            lines += ["Fig. 6, the share offloaded of the utterances the device gets wrong and of the others:", "",
+                      f"![{selectivity}]({selectivity})", ""]
     return lines
 
 

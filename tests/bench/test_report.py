@@ -60,3 +60,28 @@ def test_cli_writes_the_report(tmp_path, capsys):
 
     assert main(["bench", "report", "--local", str(tmp_path / "none.json"), "--out", str(tmp_path / "r")]) == 0
     assert "wrote" in capsys.readouterr().out and (tmp_path / "r" / "report.md").exists()
+
+
+def _hybrid_data(selectivity: bool) -> dict:
+    from pasu.bench.hybrid_eval import Outcome
+
+    extra = lambda target, other: {"target_offloaded": target, "other_offloaded": other} if selectivity else {}
+    designs = [Outcome("Ours-NoOffload", 0.0, 0.3, 0.7, 0.1, 0.05, **extra(0.0, 0.0)),
+               Outcome("Ours-PPL-M", 0.45, 0.17, 0.8, 0.4, 0.2, **extra(0.8, 0.1)),
+               Outcome("Ours-PPL-H", 0.6, 0.15, 0.8, 0.5, 0.2, **extra(0.9, 0.3))]
+    naive = [Outcome(f"NaiveHybrid(p={p})", p, 0.3 - 0.2 * p, 0.7, p, 0.1) for p in (0.0, 0.5, 1.0)]
+    result = {"designs": [asdict(o) for o in designs], "naive_line": [asdict(o) for o in naive], "table5": {},
+              "checks": [], "cloud_failures": 0, "cloud_latency": {"mean": 0.8, "p90": 0.9}}
+    return {"device_model": "device", "cloud_model": "cloud", "utterances": 3, "split": "test",
+            "network_emulation": "proxy", "profiles": {"wifi": result}}
+
+
+def test_the_hybrid_section_draws_fig6_when_the_run_recorded_selectivity(tmp_path):
+    from pasu.bench.report import _hybrid_section
+
+    lines = _hybrid_section(_hybrid_data(True), tmp_path, Path("hybrid.json"))
+    assert "![selectivity_wifi.png](selectivity_wifi.png)" in lines
+    assert matplotlib.image.imread(tmp_path / "selectivity_wifi.png").std() > 0
+    (tmp_path / "old").mkdir()
+    older = _hybrid_section(_hybrid_data(False), tmp_path / "old", Path("hybrid.json"))  # a run from before
+    assert not any("selectivity" in line for line in older)
