@@ -273,6 +273,8 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     totals = tuple(x.sum() for x in edits)
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
     scorers = [*scorers.values(),
+               # the BiLSTM judging the full decode, as Late-PPL does (no calibrated levels: Table 5 only)
+               Scorer("Late-BiLSTM", bilstm, late=True),
                # the paper's per-hypothesis scores, to show what weighing by length changes
                Scorer("Ours-PPL per token", ppl, length_weighted=False),
                Scorer("Ours-BiLSTM per token", bilstm, length_weighted=False)]
