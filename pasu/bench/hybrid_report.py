@@ -134,9 +134,10 @@ def plot_fig6(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str |
     import numpy as np
 
     shown = [o for o in outcomes if design_family(o.design)[1] in ("M", "H") and o.target_offloaded is not None]
-    # NaiveHybrid's WER falls as it offloads more: the offload it needs for a WER, read off its line
-    naive_wer = np.array([o.wer for o in naive])[::-1]
-    naive_p = np.array([o.offload_ratio for o in naive])[::-1]
+    # the offload NaiveHybrid needs for a design's WER, read off its line (its WER is linear in the offload)
+    order = np.argsort([o.wer for o in naive])
+    naive_wer = np.array([naive[i].wer for i in order])
+    naive_p = np.array([naive[i].offload_ratio for i in order])
     chance = [float(np.interp(o.wer, naive_wer, naive_p)) for o in shown]
     x = np.arange(len(shown))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(shown) + 2), 4.6))
