@@ -12,7 +12,8 @@ from pasu.config import given
 from pasu.settings import SHIPPED_LM_WEIGHT, shipped_model
 
 # routing.PolicyName's values, written out: importing routing here would load torch for every `pasu` command
-POLICIES = ("on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "intent", "ppl+intent", "bilstm+intent")
+POLICIES = ("on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "bilstm-late", "intent", "ppl+intent",
+            "bilstm+intent")
 
 if TYPE_CHECKING:
     from pasu.device.agent import AgentOptions

@@ -92,9 +92,10 @@ class TrainedOfframps:
 
 
 def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options: OfframpTrainOptions,
-                       fitter: Fitter) -> np.ndarray:
+                       fitter: Fitter, judged: Sequence[list[np.ndarray]] = ()) -> np.ndarray:
     """Scores of each sample from a network (`fitter(sequences, labels)`) that never saw it; folds keep the share
-    of local WERs above the bar (soft labels included)."""
+    of local WERs above the bar (soft labels included). `judged`: other features of the same samples (the full
+    decodes' beside the pilots'), scored by the same fold networks: then (1 + len(judged), N)."""
     strata = labels > options.bilstm.bad_wer
     minority = int(min(strata.sum(), len(strata) - strata.sum()))
     folds = min(options.folds, len(labels))
@@ -102,11 +103,13 @@ def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options:
         raise ValueError("cross-fitting needs at least two samples")
     splitter = StratifiedKFold(folds, shuffle=True, random_state=options.bilstm.seed) if minority >= folds else \
         KFold(folds, shuffle=True, random_state=options.bilstm.seed)  # too few of one class to stratify
-    scores = np.zeros(len(labels))
+    every = [sequences, *judged]
+    scores = np.zeros((len(every), len(labels)))
     for fit, held in splitter.split(np.zeros(len(labels)), strata):
         offramp = fitter([sequences[i] for i in fit], labels[fit])
-        scores[held] = offramp.probabilities([sequences[i] for i in held])
-    return scores
+        for row, features in enumerate(every):
+            scores[row, held] = offramp.probabilities([features[i] for i in held])
+    return scores if judged else scores[0]
 
 
 def calibrate(name: str, scores: np.ndarray, samples: Sequence[OfframpSample], levels: Sequence[tuple[str, float]],
@@ -154,7 +157,8 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
     fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
     bad_wer = options.bilstm.bad_wer
-    bilstm, oof = _fit_learned(BiLstmOfframp, bilstm_offramp.train, options.bilstm, fit, kept, options)
+    bilstm, (oof, oof_late) = _fit_and_judge(BiLstmOfframp, bilstm_offramp.train, options.bilstm, fit, kept,
+                                             options, late=True)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
     def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
@@ -166,8 +170,9 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         "calibration_version": CALIBRATION_VERSION,
         "bilstm": {**_network_facts(bilstm, options.bilstm, fit), **calibrated("BiLSTM", oof)},
         "ppl": calibrated("PPL", ppl),
-        # the late-decision baseline judges the full decode, whose scores sit elsewhere: its own thresholds
+        # the late decisions judge the full decode, whose scores sit elsewhere: their own thresholds
         "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, late=True)),
+        "bilstm_late": calibrated("BiLSTM (full decode)", oof_late),
     }
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
@@ -212,10 +217,20 @@ def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp
                  options: OfframpTrainOptions) -> tuple[LearnedOfframp, np.ndarray]:
     """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample, and
     the out-of-fold scores of the `kept` ones, where its thresholds are placed."""
+    offramp, scores = _fit_and_judge(kind, train, train_options, fit, kept, options, late=False)
+    return offramp, scores[0]
+
+
+def _fit_and_judge(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp], train_options: TrainOptions,
+                   fit: Sequence[OfframpSample], kept: Sequence[OfframpSample], options: OfframpTrainOptions,
+                   late: bool) -> tuple[LearnedOfframp, list[np.ndarray]]:
+    """_fit_learned, with `late` also the out-of-fold scores of the `kept` samples' full decodes (the network is
+    fitted on the early hypotheses alone): [early scores, late scores]."""
     sequences, labels = kind.training_set(fit, train_options)
     fitter = lambda x, y: train(x, y, train_options)
-    oof = calibration_scores(out_of_fold_scores(sequences, labels, options, fitter), fit, kept)
-    return train(sequences, labels, train_options), oof
+    judged = [[kind.features(s.final or s.early) for s in fit if s.early is not None]] if late else []
+    oof = np.atleast_2d(out_of_fold_scores(sequences, labels, options, fitter, judged))
+    return train(sequences, labels, train_options), [calibration_scores(row, fit, kept) for row in oof]
 
 
 def _network_facts(offramp: LearnedOfframp, train_options: TrainOptions,
@@ -350,8 +365,8 @@ def load_thresholds(folder: str | Path) -> dict[str, Any]:
 
 
 def threshold(report: dict[str, Any], offramp: str, level: str) -> float:
-    """A calibrated threshold: offramp "ppl", "bilstm", "ppl_late", "intent", "ppl_intent" or "bilstm_intent",
-    level "L"/"M"/"H"."""
+    """A calibrated threshold: offramp "ppl", "bilstm", "ppl_late", "bilstm_late", "intent", "ppl_intent" or
+    "bilstm_intent", level "L"/"M"/"H"."""
     return float(report[offramp]["levels"][level]["threshold"])
 
 

@@ -164,11 +164,11 @@ def intent_policy(offramp: Offramp, threshold: float, name: str = "Ours-Intent")
     return OfframpPolicy(offramp, threshold, name, length_weighted=False)
 
 
-PolicyName = Literal["on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "intent", "ppl+intent",
-                     "bilstm+intent"]
+PolicyName = Literal["on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "bilstm-late", "intent",
+                     "ppl+intent", "bilstm+intent"]
 OffloadLevel = Literal["L", "M", "H"]  # the paper's Offload-L / -M / -H (calibration.OFFLOAD_LEVELS)
 # the parts of a policy that check the words, with their design names; "-late": on the full local decode
-WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM", "ppl-late": "Late-PPL"}
+WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM", "ppl-late": "Late-PPL", "bilstm-late": "Late-BiLSTM"}
 LATE = "-late"
 
 
@@ -179,7 +179,8 @@ class RoutingOptions:
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
     # with a cloud: on-device (never offload), all (always), naive (a random naive_share, NaiveHybrid), ppl or
     # bilstm (the word check above threshold), ppl-late (perplexity of the full local decode, not of the last
-    # pilot: the paper's deciding-late baseline, which offloads only after decoding), intent (above
+    # pilot: the paper's deciding-late baseline, which offloads only after decoding), bilstm-late (the BiLSTM on
+    # the full local decode: the most selective of them, at the wait for that decode), intent (above
     # intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they offload less than the word
     # check alone and lose less intent accuracy against offloading everything; the latest `pasu bench hybrid`
     # numbers are in README.md)

@@ -253,8 +253,11 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
     all_offload = run_policy(AllOffload(), samples, calls)
     designs = [on_device, all_offload]
+    late_bilstm = Scorer("Late-BiLSTM", bilstm, late=True)
     scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm),
                "ppl_late": Scorer("Late-PPL", ppl, late=True)}
+    if "bilstm_late" in report:  # calibrations from before stop 64 have none: then Table 5 alone prices it
+        scorers["bilstm_late"] = late_bilstm
     if cnn is not None and "cnn" in report:
         scorers["cnn"] = Scorer("Ours-CNN", cnn)
     if intent is not None:  # P(intent wrong) as it is, as the agent's policies take it (routing.intent_policy)
@@ -272,9 +275,7 @@ def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report:
     edits = edit_totals(samples, calls)
     totals = tuple(x.sum() for x in edits)
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
-    scorers = [*scorers.values(),
-               # the BiLSTM judging the full decode, as Late-PPL does (no calibrated levels: Table 5 only)
-               Scorer("Late-BiLSTM", bilstm, late=True),
+    scorers = [*scorers.values(), *([] if "bilstm_late" in scorers else [late_bilstm]),
                # the paper's per-hypothesis scores, to show what weighing by length changes
                Scorer("Ours-PPL per token", ppl, length_weighted=False),
                Scorer("Ours-BiLSTM per token", bilstm, length_weighted=False)]

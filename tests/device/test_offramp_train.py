@@ -63,6 +63,8 @@ def test_training_and_calibration_on_a_small_split(tmp_path):
         for target, cal in report[name]["wer_targets"].items():
             assert cal is not None and cal["wer"] <= float(target) + 1e-9
             assert cal["offload_ratio"] <= 0.55  # a selective offramp offloads little more than the bad half
+    # the full decodes are judged by the same fold networks: here they equal the pilots, so do the thresholds
+    assert report["bilstm_late"]["levels"] == report["bilstm"]["levels"]
     trained.save(tmp_path / "offramp")
     loaded = load_offramps(tmp_path / "offramp")
     assert loaded.cnn is None and threshold(loaded.report, "bilstm", "M") == threshold(report, "bilstm", "M")
@@ -243,6 +245,9 @@ def test_the_level_picks_the_calibrated_operating_point(tmp_path):
     report["ppl_late"] = support.offramp_levels(2.4, 1.8, 1.5)  # the full decode's perplexity, calibrated apart
     (tmp_path / "offramp.json").write_text(json.dumps(report))
     assert calibrated_routing(RoutingOptions(policy="ppl-late", level="H"), tmp_path).threshold == 1.5
+    report["bilstm_late"] = support.offramp_levels(0.8, 0.5, 0.3)  # the BiLSTM on the full decode, apart too
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    assert calibrated_routing(RoutingOptions(policy="bilstm-late", level="M"), tmp_path).threshold == 0.5
     assert calibrated_routing(RoutingOptions(policy="naive"), tmp_path).unset_thresholds == []
 
 

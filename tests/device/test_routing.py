@@ -39,6 +39,11 @@ def test_the_papers_baselines_by_name():
     assert not RoutingOptions(policy="ppl", threshold=3.0).make_policy().after_decode
     with pytest.raises(ValueError, match=r"routing\.threshold"):
         RoutingOptions(policy="ppl-late").make_policy()
+    bilstm = object()  # the model's BiLSTM offramp
+    late_bilstm = RoutingOptions(policy="bilstm-late", threshold=0.4).make_policy(bilstm=bilstm)
+    assert late_bilstm.after_decode and late_bilstm.name == "Late-BiLSTM" and late_bilstm.offramp is bilstm
+    with pytest.raises(ValueError, match="needs the model's BiLSTM offramp"):
+        RoutingOptions(policy="bilstm-late", threshold=0.4).make_policy()
 
 
 def test_an_offramp_policy_without_its_threshold_says_which_is_missing():
