@@ -157,8 +157,8 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
     fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
     bad_wer = options.bilstm.bad_wer
-    bilstm, (oof, oof_late) = _fit_and_judge(BiLstmOfframp, bilstm_offramp.train, options.bilstm, fit, kept,
-                                             options, late=True)
+    bilstm, (oof, oof_late) = _fit_learned(BiLstmOfframp, bilstm_offramp.train, options.bilstm, fit, kept, options,
+                                           late=True)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
     def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
@@ -177,7 +177,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
         cnn_options = replace(options.cnn, bad_wer=bad_wer, label=options.bilstm.label)
-        cnn, cnn_oof = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
+        cnn, (cnn_oof,) = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
         report["cnn"] = {**_network_facts(cnn, cnn_options, fit), **calibrated("CNN", cnn_oof)}
     intent_model = None
     if intent is not None and len({s.local.intent == s.reference.intent for s in fit}) < 2:
@@ -213,19 +213,11 @@ def _fit_intent(evidence: Callable[[OfframpSample], Evidence], fit: Sequence[Off
 
 
 def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp], train_options: TrainOptions,
-                 fit: Sequence[OfframpSample], kept: Sequence[OfframpSample],
-                 options: OfframpTrainOptions) -> tuple[LearnedOfframp, np.ndarray]:
-    """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample, and
-    the out-of-fold scores of the `kept` ones, where its thresholds are placed."""
-    offramp, scores = _fit_and_judge(kind, train, train_options, fit, kept, options, late=False)
-    return offramp, scores[0]
-
-
-def _fit_and_judge(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp], train_options: TrainOptions,
-                   fit: Sequence[OfframpSample], kept: Sequence[OfframpSample], options: OfframpTrainOptions,
-                   late: bool) -> tuple[LearnedOfframp, list[np.ndarray]]:
-    """_fit_learned, with `late` also the out-of-fold scores of the `kept` samples' full decodes (the network is
-    fitted on the early hypotheses alone): [early scores, late scores]."""
+                 fit: Sequence[OfframpSample], kept: Sequence[OfframpSample], options: OfframpTrainOptions,
+                 late: bool = False) -> tuple[LearnedOfframp, list[np.ndarray]]:
+    """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample (their
+    early hypotheses), and the out-of-fold scores of the `kept` ones, where its thresholds are placed: [early
+    scores], with `late` [early scores, scores of their full decodes by the same fold networks]."""
     sequences, labels = kind.training_set(fit, train_options)
     fitter = lambda x, y: train(x, y, train_options)
     judged = [[kind.features(s.final or s.early) for s in fit if s.early is not None]] if late else []
