@@ -66,6 +66,16 @@ class BiLstmOfframp(LearnedOfframp):
     features = staticmethod(token_features)
 
 
+class LateBiLstmOfframp(BiLstmOfframp):
+    """The same network fitted on, and judging, the full local decode (the bilstm-late policy). A full decode has
+    heard the whole command: the pilots' network reads it better than it reads a pilot, and one fitted on full
+    decodes better still (the offramp's calibration log)."""
+
+    weights_file = "bilstm_late.pt"
+    config_file = "bilstm_late.json"
+    late = True
+
+
 def train(sequences: Sequence[np.ndarray], labels: np.ndarray, options: TrainOptions = TrainOptions(),
           config: BiLstmConfig = BiLstmConfig()) -> BiLstmOfframp:
     """A BiLstmNet fitted on `sequences` (pasu.device.offramp_net.fit)."""

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from pasu.device.runtime import DeviceModel
 
 DEFAULT_CORPUS = "data/corpus-full"
-# what `pasu offramp train` reports on, in this order (each a key of offramp.json)
-OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent")
+# what `pasu offramp train` reports on, in this order (each a key of offramp.json; the _late ones judge the full
+# decode, for the policies that decide after it)
+OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent", "ppl_late", "bilstm_late")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,8 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "thresholds",
         description="Replays the agent over a corpus split (cached), fits the BiLSTM (per-token scores) and the CNN\n"
                     "(encoder output) to predict local WER > --bad-wer (--label wer: the local WER) and the intent\n"
-                    "reader on the training sentences, and writes bilstm.pt/.json, cnn.pt/.json, intent_reader.json/.npz\n"
-                    "and offramp.json (thresholds) to MODEL/offramp/.",
+                    "reader on the training sentences, and writes bilstm.pt/.json, bilstm_late.pt/.json (the BiLSTM\n"
+                    "fitted on full decodes, for --policy bilstm-late), cnn.pt/.json, intent_reader.json/.npz and\n"
+                    "offramp.json (thresholds) to MODEL/offramp/.",
         epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("model", type=Path, help="packaged device model folder (pasu package)")

@@ -93,6 +93,9 @@ class LearnedOfframp:
     config_file: ClassVar[str]
     net_class: ClassVar[type[nn.Module]]  # built from one config_class instance
     config_class: ClassVar[type]
+    # what the network judges and learns from: the last pilot (the early decision), or, late, the full local
+    # decode (the decision after it; replays whose full decode is missing lend their pilot)
+    late: ClassVar[bool] = False
 
     def __init__(self, net: nn.Module):
         self.net = net.eval()
@@ -103,11 +106,17 @@ class LearnedOfframp:
         raise NotImplementedError
 
     @classmethod
+    def judged(cls, sample: OfframpSample) -> HypothesisFeatures | None:
+        """The hypothesis of a replay this network judges (`late`); None: the replay has nothing to judge."""
+        return (sample.final or sample.early) if cls.late and sample.early is not None else sample.early
+
+    @classmethod
     def training_set(cls, samples: Sequence[OfframpSample],
                      options: TrainOptions = TrainOptions()) -> tuple[list[np.ndarray], np.ndarray]:
-        """Features of the hypotheses the early decision judged, and their labels (`TrainOptions.label_of`)."""
+        """Features of the hypotheses the network judges (`judged`) of the replays the early decision had one for,
+        and their labels (`TrainOptions.label_of`)."""
         kept = [s for s in samples if s.early is not None]
-        return [cls.features(s.early) for s in kept], np.array([options.label_of(s) for s in kept], np.float32)
+        return [cls.features(cls.judged(s)) for s in kept], np.array([options.label_of(s) for s in kept], np.float32)
 
     def score(self, hypothesis: Hypothesis) -> float:
         return float(self.probabilities([self.features(hypothesis)])[0])

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pasu.device import bilstm_offramp, cnn_offramp
-from pasu.device.bilstm_offramp import BiLstmOfframp, token_features
+from pasu.device import cnn_offramp
+from pasu.device.bilstm_offramp import BiLstmOfframp, LateBiLstmOfframp, token_features
 from pasu.device.cnn_offramp import CNN_TRAINING, CnnOfframp
 from pasu.device.calibration import (
     OFFLOAD_LEVELS,
@@ -80,11 +80,18 @@ class TrainedOfframps:
     report: dict[str, Any]  # offramp.json: thresholds, selectivity, training facts
     cnn: CnnOfframp | None = None  # None: the replays kept no encoder outputs (or a folder from before the CNN)
     intent: IntentErrorModel | None = None  # the intent check's model; None: fitted without the intent reader
+    # the BiLSTM fitted on full decodes, for the decision after one; None: a folder from before stop 65, whose
+    # late thresholds were placed on the pilots' network's scores of full decodes (`late_network` then gives that)
+    bilstm_late: LateBiLstmOfframp | None = None
+
+    def late_network(self) -> BiLstmOfframp:
+        """The BiLSTM that the decision after the full decode reads."""
+        return self.bilstm_late or self.bilstm
 
     def save(self, folder: str | Path) -> Path:
-        """bilstm.pt + bilstm.json, cnn.pt + cnn.json (the networks), intent_errors.json and offramp.json."""
+        """bilstm.pt + bilstm.json, bilstm_late.*, cnn.* (the networks), intent_errors.json and offramp.json."""
         folder = self.bilstm.save(folder)
-        for part in (self.cnn, self.intent):
+        for part in (self.bilstm_late, self.cnn, self.intent):
             if part is not None:
                 part.save(folder)
         (folder / THRESHOLDS).write_text(json.dumps(self.report, indent=2))
@@ -92,10 +99,9 @@ class TrainedOfframps:
 
 
 def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options: OfframpTrainOptions,
-                       fitter: Fitter, judged: Sequence[list[np.ndarray]] = ()) -> np.ndarray:
+                       fitter: Fitter) -> np.ndarray:
     """Scores of each sample from a network (`fitter(sequences, labels)`) that never saw it; folds keep the share
-    of local WERs above the bar (soft labels included). `judged`: other features of the same samples (the full
-    decodes' beside the pilots'), scored by the same fold networks: then (1 + len(judged), N)."""
+    of local WERs above the bar (soft labels included)."""
     strata = labels > options.bilstm.bad_wer
     minority = int(min(strata.sum(), len(strata) - strata.sum()))
     folds = min(options.folds, len(labels))
@@ -103,13 +109,11 @@ def out_of_fold_scores(sequences: list[np.ndarray], labels: np.ndarray, options:
         raise ValueError("cross-fitting needs at least two samples")
     splitter = StratifiedKFold(folds, shuffle=True, random_state=options.bilstm.seed) if minority >= folds else \
         KFold(folds, shuffle=True, random_state=options.bilstm.seed)  # too few of one class to stratify
-    every = [sequences, *judged]
-    scores = np.zeros((len(every), len(labels)))
+    scores = np.zeros(len(labels))
     for fit, held in splitter.split(np.zeros(len(labels)), strata):
         offramp = fitter([sequences[i] for i in fit], labels[fit])
-        for row, features in enumerate(every):
-            scores[row, held] = offramp.probabilities([features[i] for i in held])
-    return scores if judged else scores[0]
+        scores[held] = offramp.probabilities([sequences[i] for i in held])
+    return scores
 
 
 def calibrate(name: str, scores: np.ndarray, samples: Sequence[OfframpSample], levels: Sequence[tuple[str, float]],
@@ -157,8 +161,10 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         cloud_edits = [e for e, s in zip(cloud_edits, samples) if s.early is not None]
     fit = kept if fit_samples is None else [s for s in fit_samples if s.early is not None]
     bad_wer = options.bilstm.bad_wer
-    bilstm, (oof, oof_late) = _fit_learned(BiLstmOfframp, bilstm_offramp.train, options.bilstm, fit, kept, options,
-                                           late=True)
+    bilstm, oof = _fit_learned(BiLstmOfframp, BiLstmOfframp.train, options.bilstm, fit, kept, options)
+    # the decision after the full decode gets a network of its own, fitted on full decodes
+    bilstm_late, oof_late = _fit_learned(LateBiLstmOfframp, LateBiLstmOfframp.train, options.bilstm, fit, kept,
+                                         options)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
     def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
@@ -172,12 +178,13 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         "ppl": calibrated("PPL", ppl),
         # the late decisions judge the full decode, whose scores sit elsewhere: their own thresholds
         "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, late=True)),
-        "bilstm_late": calibrated("BiLSTM (full decode)", oof_late),
+        "bilstm_late": {**_network_facts(bilstm_late, options.bilstm, fit),
+                        **calibrated("BiLSTM (full decode)", oof_late)},
     }
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
         cnn_options = replace(options.cnn, bad_wer=bad_wer, label=options.bilstm.label)
-        cnn, (cnn_oof,) = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
+        cnn, cnn_oof = _fit_learned(CnnOfframp, cnn_offramp.train, cnn_options, fit, kept, options)
         report["cnn"] = {**_network_facts(cnn, cnn_options, fit), **calibrated("CNN", cnn_oof)}
     intent_model = None
     if intent is not None and len({s.local.intent == s.reference.intent for s in fit}) < 2:
@@ -198,7 +205,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
                                                                        options.levels, cloud_edits, bad_wer)}
     if cloud_edits is not None:
         report["yardsticks"] = yardsticks(kept, cloud_edits, bad_wer)
-    return TrainedOfframps(bilstm, report, cnn, intent_model)
+    return TrainedOfframps(bilstm, report, cnn, intent_model, bilstm_late)
 
 
 def _fit_intent(evidence: Callable[[OfframpSample], Evidence], fit: Sequence[OfframpSample],
@@ -213,16 +220,13 @@ def _fit_intent(evidence: Callable[[OfframpSample], Evidence], fit: Sequence[Off
 
 
 def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp], train_options: TrainOptions,
-                 fit: Sequence[OfframpSample], kept: Sequence[OfframpSample], options: OfframpTrainOptions,
-                 late: bool = False) -> tuple[LearnedOfframp, list[np.ndarray]]:
-    """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample (their
-    early hypotheses), and the out-of-fold scores of the `kept` ones, where its thresholds are placed: [early
-    scores], with `late` [early scores, scores of their full decodes by the same fold networks]."""
+                 fit: Sequence[OfframpSample], kept: Sequence[OfframpSample],
+                 options: OfframpTrainOptions) -> tuple[LearnedOfframp, np.ndarray]:
+    """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample (the
+    hypotheses it judges), and the out-of-fold scores of the `kept` ones, where its thresholds are placed."""
     sequences, labels = kind.training_set(fit, train_options)
-    fitter = lambda x, y: train(x, y, train_options)
-    judged = [[kind.features(s.final or s.early) for s in fit if s.early is not None]] if late else []
-    oof = np.atleast_2d(out_of_fold_scores(sequences, labels, options, fitter, judged))
-    return train(sequences, labels, train_options), [calibration_scores(row, fit, kept) for row in oof]
+    oof = out_of_fold_scores(sequences, labels, options, lambda x, y: train(x, y, train_options))
+    return train(sequences, labels, train_options), calibration_scores(oof, fit, kept)
 
 
 def _network_facts(offramp: LearnedOfframp, train_options: TrainOptions,
@@ -271,7 +275,14 @@ def load_offramps(folder: str | Path) -> TrainedOfframps:
     report = load_thresholds(folder)
     cnn = CnnOfframp.load(folder) if CnnOfframp.exists(folder) else None
     intent = IntentErrorModel.load(folder) if IntentErrorModel.exists(folder) else None
-    return TrainedOfframps(BiLstmOfframp.load(folder), report, cnn, intent)
+    late = LateBiLstmOfframp.load(folder) if LateBiLstmOfframp.exists(folder) else None
+    return TrainedOfframps(BiLstmOfframp.load(folder), report, cnn, intent, late)
+
+
+def load_bilstm(folder: str | Path, late: bool = False) -> BiLstmOfframp:
+    """The BiLSTM of an offramp folder that a policy reads; `late`: the one fitted on full decodes, where the folder
+    has one (else the pilots' one, on whose scores of full decodes older folders placed the late thresholds)."""
+    return LateBiLstmOfframp.load(folder) if late and LateBiLstmOfframp.exists(folder) else BiLstmOfframp.load(folder)
 
 
 def load_device_model(folder: str | Path, offramp_folder: str | Path | None = None) -> DeviceModel:
@@ -313,7 +324,7 @@ def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path
     thresholds left unset at its calibrated `level` (`calibrated_routing`); the policies with the intent check
     read the model's intent reader, the bilstm ones its BiLSTM (FileNotFoundError without them)."""
     routing = calibrated_routing(routing, folder)
-    bilstm = BiLstmOfframp.load(folder) if routing.word_check == "bilstm" else None
+    bilstm = load_bilstm(folder, routing.decides_late) if routing.word_check == "bilstm" else None
     return routing.make_policy(intent_offramp(model, folder) if routing.reads_intent else None, bilstm)
 
 
@@ -367,14 +378,3 @@ def either_thresholds(report: dict[str, Any], offramp: str, level: str) -> dict[
     `level`: {"ppl": ..., "intent": ...}, what routing's ppl+intent policy takes as threshold and intent_threshold."""
     scale = threshold(report, offramp, level)
     return {part: scale * value for part, value in report[offramp]["scales"].items()}
-
-
-def bilstm_scores(bilstm: BiLstmOfframp, samples: Sequence[OfframpSample], late: bool = False) -> np.ndarray:
-    """BiLSTM scores of each sample's early (or, `late`, full-decode) hypothesis; inf when there is none."""
-    hyps = [s.final if late else s.early for s in samples]
-    present = [i for i, h in enumerate(hyps) if h is not None]
-    scores = np.full(len(samples), np.inf)
-    if present:
-        scores[present] = bilstm.probabilities([token_features(hyps[i]) for i in present])
-    return scores
-

@@ -179,11 +179,11 @@ class RoutingOptions:
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
     # with a cloud: on-device (never offload), all (always), naive (a random naive_share, NaiveHybrid), ppl or
     # bilstm (the word check above threshold), ppl-late (perplexity of the full local decode, not of the last
-    # pilot: the paper's deciding-late baseline, which offloads only after decoding), bilstm-late (the BiLSTM on
-    # the full local decode: the most selective of them, at the wait for that decode), intent (above
-    # intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they offload less than the word
-    # check alone and lose less intent accuracy against offloading everything; the latest `pasu bench hybrid`
-    # numbers are in README.md)
+    # pilot: the paper's deciding-late baseline, which offloads only after decoding), bilstm-late (a BiLSTM
+    # fitted on full local decodes, judging the full decode: the most selective of them, at the wait for that
+    # decode), intent (above intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they
+    # offload less than the word check alone and lose less intent accuracy against offloading everything; the
+    # latest `pasu bench hybrid` numbers are in README.md)
     policy: PolicyName = "ppl+intent"
     # the word check's score times the speech's seconds above which the utterance is offloaded: the last pilot's
     # perplexity (ppl, ppl+intent) or the BiLSTM's P(local WER > 0.1) (bilstm, bilstm+intent); None: the model's
@@ -217,8 +217,7 @@ class RoutingOptions:
         self._check_thresholds()
         words = self._word_offramp(bilstm)
         if self.policy in WORD_CHECKS:
-            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy],
-                                 after_decode=self.policy.endswith(LATE))
+            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy], after_decode=self.decides_late)
         if intent is None:
             raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
                              "`pasu offramp train`)")
@@ -238,6 +237,11 @@ class RoutingOptions:
     def word_part(self) -> str | None:
         """The part of the named policy that checks the words ("ppl", "ppl-late", "bilstm"), or None."""
         return next((part for part in self.policy.split("+") if part in WORD_CHECKS), None)
+
+    @property
+    def decides_late(self) -> bool:
+        """Whether the word check judges the full local decode (ppl-late, bilstm-late), not the last pilot."""
+        return bool(self.word_part and self.word_part.endswith(LATE))
 
     @property
     def word_check(self) -> str | None:

@@ -39,6 +39,7 @@ from pasu.files import write_text_atomic
 from pasu.device.cli import add_replay_flags
 
 if TYPE_CHECKING:
+    from pasu.device.offramp_train import TrainedOfframps
     from pasu.device.routing import Offramp
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"LM {options.lm} fused into the final local decode at weight {options.final_search.lm_weight}")
     print(f"pilots: {options.pilot.describe()}")
     for profile in profiles:
-        result = evaluate_profile(samples, calls[profile], offramps.bilstm, report, intent, offramps.cnn)
+        result = evaluate_profile(samples, calls[profile], offramps, intent)
         result["proxy"] = proxies[profile]
         results["profiles"][profile] = result
         print_profile(profile, result)
@@ -241,19 +242,19 @@ def offload_all(cloud_model: Path, utterances: list, samples: list, encodings: d
     return calls, proxies
 
 
-def evaluate_profile(samples: list, calls: list[CloudCall], bilstm: Any, report: dict[str, Any],
-                     intent: Offramp | None = None, cnn: Offramp | None = None) -> dict[str, Any]:
-    """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network; `cnn`: the
-    encoder-output offramp, priced where the report calibrated it."""
+def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOfframps,
+                     intent: Offramp | None = None) -> dict[str, Any]:
+    """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network, for the
+    offramps of a model (`load_offramps`; the CNN priced where the report calibrated it) and its intent check."""
     from pasu.device.offramp_data import BAD_WER
     from pasu.device.offramp_train import threshold, yardsticks
     from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
 
-    ppl = PerplexityOfframp()
+    ppl, bilstm, cnn, report = PerplexityOfframp(), offramps.bilstm, offramps.cnn, offramps.report
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
     all_offload = run_policy(AllOffload(), samples, calls)
     designs = [on_device, all_offload]
-    late_bilstm = Scorer("Late-BiLSTM", bilstm, late=True)
+    late_bilstm = Scorer("Late-BiLSTM", offramps.late_network(), late=True)
     scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm),
                "ppl_late": Scorer("Late-PPL", ppl, late=True)}
     if "bilstm_late" in report:  # calibrations from before stop 64 have none: then Table 5 alone prices it

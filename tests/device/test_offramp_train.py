@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from pasu.device.bilstm_offramp import token_features
+from pasu.device.bilstm_offramp import BiLstmOfframp, LateBiLstmOfframp, token_features
 from pasu.device.offramp_net import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
@@ -17,6 +17,7 @@ from pasu.device.offramp_train import (
     calibrated_routing,
     either_thresholds,
     fit_offramps,
+    load_bilstm,
     load_offramps,
     threshold,
     yardsticks,
@@ -63,13 +64,32 @@ def test_training_and_calibration_on_a_small_split(tmp_path):
         for target, cal in report[name]["wer_targets"].items():
             assert cal is not None and cal["wer"] <= float(target) + 1e-9
             assert cal["offload_ratio"] <= 0.55  # a selective offramp offloads little more than the bad half
-    # the full decodes are judged by the same fold networks: here they equal the pilots, so do the thresholds
+    # the late network learns the full decodes: here they equal the pilots, so do its thresholds
     assert report["bilstm_late"]["levels"] == report["bilstm"]["levels"]
     trained.save(tmp_path / "offramp")
     loaded = load_offramps(tmp_path / "offramp")
     assert loaded.cnn is None and threshold(loaded.report, "bilstm", "M") == threshold(report, "bilstm", "M")
     held = [s.early.hypothesis() for s in split(6, seed=1)]
     assert [loaded.bilstm.score(h) for h in held] == pytest.approx([bilstm.score(h) for h in held])
+
+
+def test_the_late_bilstm_is_fitted_on_the_full_decodes(tmp_path):
+    # every pilot alike, so only the full decode tells the bad replays apart
+    blank = HypothesisFeatures((1, 2, 3), (-0.1, -0.1, -0.1, -0.1), (-0.2, -0.2, -0.2), True)
+    samples = [dataclasses.replace(s, early=blank) for s in split()]
+    trained = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=15), folds=3), [0] * 60)
+    report = trained.report
+    assert report["bilstm_late"]["selectivity"]["roc_auc"] > 0.9  # out of fold, on the full decodes
+    assert report["bilstm"]["selectivity"]["roc_auc"] < 0.7  # the pilots say nothing
+    assert report["bilstm_late"]["parameters"] == report["bilstm"]["parameters"]  # the same network, refitted
+    folder = trained.save(tmp_path / "offramp")
+    late = load_bilstm(folder, late=True)
+    assert isinstance(late, LateBiLstmOfframp) and isinstance(load_offramps(folder).late_network(), LateBiLstmOfframp)
+    finals = [s.final.hypothesis() for s in samples[:4]]
+    assert [late.score(h) for h in finals] == pytest.approx([trained.bilstm_late.score(h) for h in finals])
+    # a folder from before the late network: the late decision reads the pilots' network, as it was calibrated
+    (folder / LateBiLstmOfframp.weights_file).unlink()
+    assert type(load_bilstm(folder, late=True)) is BiLstmOfframp and load_offramps(folder).bilstm_late is None
 
 
 def test_the_cnn_is_fitted_and_calibrated_where_the_replays_kept_encoder_outputs(tmp_path):
