@@ -137,6 +137,37 @@ def test_a_policy_reads_its_offramp_from_the_model(parser, tmp_path, capsys, clo
     assert (route(-1.0), route(3.0)) == ("fallback", "local")
 
 
+def test_the_late_bilstm_policy_reads_the_network_fitted_on_full_decodes(parser, tmp_path, capsys, cloud_support,
+                                                                         speech_like):
+    import json
+
+    import soundfile
+    import torch
+    from pasu.device.bilstm_offramp import BiLstmNet, BiLstmOfframp, LateBiLstmOfframp
+
+    def network(kind: type[BiLstmOfframp], bias: float) -> None:  # scores about sigmoid(bias), whatever it reads
+        net = BiLstmNet()
+        with torch.no_grad():
+            net.head.weight.zero_()
+            net.head.bias.fill_(bias)
+        kind(net).save(model / "offramp")
+
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    soundfile.write(tmp_path / "utt.wav", speech_like(2.5), 16000)
+
+    def score(policy: str) -> float:  # nothing listens on port 9: an offload falls back
+        args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(model),
+                                  "--cloud", "127.0.0.1:9", "--policy", policy, "--threshold", "1.0", "--json"])
+        assert args.run(args) == 0
+        return json.loads(capsys.readouterr().out)["offramp_score"]
+
+    network(BiLstmOfframp, -20.0)
+    assert score("bilstm-late") == pytest.approx(0.0, abs=1e-6)  # a folder from before the late network
+    network(LateBiLstmOfframp, 20.0)
+    assert score("bilstm-late") == pytest.approx(2.5, abs=1e-3)  # P = 1 x 2.5 s of speech
+    assert score("bilstm") == pytest.approx(0.0, abs=1e-6)  # the pilots' network still judges the pilot
+
+
 def test_thresholds_default_to_the_models_calibration(parser, tmp_path, capsys, cloud_support, speech_like):
     import json
 
