@@ -225,6 +225,8 @@ def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp
     """A learned offramp of `kind` fitted by `train(sequences, labels, train_options)` on every `fit` sample (the
     hypotheses it judges), and the out-of-fold scores of the `kept` ones, where its thresholds are placed."""
     sequences, labels = kind.training_set(fit, train_options)
+    log.info("fitting %s on %d replays: %d times out of fold, then on all", kind.__name__, len(sequences),
+             options.folds)
     oof = out_of_fold_scores(sequences, labels, options, lambda x, y: train(x, y, train_options))
     return train(sequences, labels, train_options), calibration_scores(oof, fit, kept)
 
