@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pasu.device import cnn_offramp
-from pasu.device.bilstm_offramp import BiLstmOfframp, LateBiLstmOfframp, token_features
+from pasu.device.bilstm_offramp import BiLstmOfframp, LateBiLstmOfframp
 from pasu.device.cnn_offramp import CNN_TRAINING, CnnOfframp
 from pasu.device.calibration import (
     OFFLOAD_LEVELS,
