@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from pasu.bench.figures import pyplot, save_figure
 from pasu.bench.hybrid_eval import Outcome
 
 
@@ -93,11 +94,7 @@ def plot_fig4(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str |
     """Latency vs WER and vs intent accuracy; NaiveHybrid as the dashed interpolation, as in the paper. One
     colour per offramp, its Offload-L / M / H joined by a line (marker v / o / ^): with a dozen designs, labels
     written beside the points would overlap."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     groups = families(outcomes)
     colours = plt.get_cmap("tab10")
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
@@ -117,22 +114,15 @@ def plot_fig4(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str |
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.suptitle(f"{title}  (markers: v Offload-L, o M, ^ H)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, rect=(0, 0.1, 1, 1))
 
 
 def plot_fig6(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str | Path, title: str) -> Path:
     """The paper's Fig. 6: for each design at Offload-M and -H, the share offloaded of the utterances the device
     gets wrong ("target") and of the others, beside what NaiveHybrid offloads of both to reach the same WER."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    plt = pyplot()
     shown = [o for o in outcomes if design_family(o.design)[1] in ("M", "H") and o.target_offloaded is not None]
     # the offload NaiveHybrid needs for a design's WER, read off its line (its WER is linear in the offload)
     order = np.argsort([o.wer for o in naive])
@@ -151,8 +141,4 @@ def plot_fig6(outcomes: Sequence[Outcome], naive: Sequence[Outcome], path: str |
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

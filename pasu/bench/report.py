@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pasu.bench.figures import pyplot, save_figure
 from pasu.bench.local import Row, format_table
 
 ABLATION = ("espnet_beam", "espnet_batch", "ours_no_pilot", "only_beam_collapse", "only_early_termination",
@@ -97,17 +98,8 @@ def _tau_table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_latency_accuracy(rows: Sequence[Row], path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     groups = _groups(rows)
     fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4.2), squeeze=False)
     for ax, ((model, split), by_config) in zip(axes[0], groups.items()):
@@ -120,11 +112,11 @@ def plot_latency_accuracy(rows: Sequence[Row], path: Path) -> Path:
         ax.set_ylabel("WER (%)")
         ax.set_title(f"{model}, {split}", fontsize=10)
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_ablation(rows: Sequence[Row], path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     groups = {k: v for k, v in _groups(rows).items() if any(c in v for c in ABLATION)}
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(ABLATION) * max(len(groups), 1) ** 0.5), 4.2))
     width = 0.8 / max(len(groups), 1)
@@ -138,11 +130,11 @@ def plot_ablation(rows: Sequence[Row], path: Path) -> Path:
     ax.set_title("Each optimization alone and all together (Fig. 5)", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_tau_sweep(rows: Sequence[Row], path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (lat_ax, wer_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for (model, split), by_config in _groups(rows).items():
         configs = [c for c in TAU_SWEEP if c in by_config]
@@ -158,14 +150,7 @@ def plot_tau_sweep(rows: Sequence[Row], path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Pilot interval and incremental pilots (Table 4)", fontsize=10)
-    return _save(fig, path)
-
-
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # --- pasu bench hybrid ---------------------------------------------------------------------------------
