@@ -65,6 +65,20 @@ ENCODER_DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 
+# SpecAugment when the config turns it on without settings: ESPnet's usual ASR values (freq masks of up
+# to 27 of 80 bins, time masks of up to 5% of the utterance, 2 each, light time warp).
+DEFAULT_SPECAUG_CONF: dict[str, Any] = dict(
+    apply_time_warp=True,
+    time_warp_window=5,
+    time_warp_mode="bicubic",
+    apply_freq_mask=True,
+    freq_mask_width_range=[0, 27],
+    num_freq_mask=2,
+    apply_time_mask=True,
+    time_mask_width_ratio_range=[0.0, 0.05],
+    num_time_mask=2,
+)
+
 DECODER_DEFAULTS: dict[str, Any] = dict(attention_heads=4, linear_units=1024, num_blocks=1)  # paper: 1 layer
 MODEL_DEFAULTS: dict[str, Any] = dict(ctc_weight=0.3, lsm_weight=0.1, length_normalized_loss=False)
 

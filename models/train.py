@@ -48,7 +48,7 @@ from espnet2.asr.espnet_model import ESPnetASRModel
 from pasu.config import from_dict
 from pasu.files import write_text_atomic
 from pasu.metrics import SluResult, evaluate_slu
-from pasu.models.build import build_asr_model
+from pasu.models.build import DEFAULT_SPECAUG_CONF, build_asr_model
 from pasu.models.checkpoints import (
     atomic_save,
     average_state_dicts,
@@ -74,21 +74,6 @@ from pasu.torch_threads import set_torch_threads
 log = logging.getLogger(__name__)
 
 STOP_FILE = "STOP"  # EXPDIR/STOP: end the run after the current step
-
-# SpecAugment when the config turns it on without settings: ESPnet's usual ASR values (freq masks of up
-# to 27 of 80 bins, time masks of up to 5% of the utterance, 2 each, light time warp).
-DEFAULT_SPECAUG_CONF: dict[str, Any] = dict(
-    apply_time_warp=True,
-    time_warp_window=5,
-    time_warp_mode="bicubic",
-    apply_freq_mask=True,
-    freq_mask_width_range=[0, 27],
-    num_freq_mask=2,
-    apply_time_mask=True,
-    time_mask_width_ratio_range=[0.0, 0.05],
-    num_time_mask=2,
-)
-
 
 # --- Options ----------------------------------------------------------------------------------------
 

@@ -8,31 +8,16 @@
     .venv/bin/python scripts/whisper_finetune.py report RUN        # RUN: what train wrote; WER before and after
     .venv/bin/python scripts/whisper_finetune.py install RUN --out models/shipped/cloud/whisper_adaptation.npz
 
-The GPU machine has PyTorch but not this project installed: run from a checkout, the script maps the checkout's
-folders onto the `pasu` namespace as pyproject.toml installs them.
+The GPU machine has PyTorch but not this project installed: run from a checkout (scripts/gpu_job.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib.util
 import logging
-import sys
-import types
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _map_checkout() -> None:
-    """Make `pasu.models` importable from the checkout where the project is not installed."""
-    if importlib.util.find_spec("pasu") is not None:
-        return
-    for name, folder in (("pasu", "pasu"), ("pasu.models", "models")):
-        module = types.ModuleType(name)
-        module.__path__ = [str(REPO / folder)]
-        sys.modules[name] = module
+from gpu_job import add_set_argument, map_checkout, options_from_sets
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,26 +38,15 @@ def main(argv: list[str] | None = None) -> None:
     install.add_argument("run", type=Path)
     install.add_argument("--out", type=Path, required=True, help="the .npz whisper.yaml's `adaptation` names")
     for verb, options in ((pack, "PackOptions"), (train, "FinetuneOptions")):
-        verb.set_defaults(options=options)
-        verb.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                          help=f"override a field of {options} (models/whisper_finetune.py)")
+        add_set_argument(verb, options, "models/whisper_finetune.py")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    _map_checkout()
+    map_checkout()
     if args.verb in ("report", "install"):
         return _report(args.run) if args.verb == "report" else _install(args.run, args.out)
     from pasu.models import whisper_finetune as wf
 
-    cls = getattr(wf, args.options)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    overrides = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        if key not in fields:
-            parser.error(f"--set {item}: {args.options} has no field {key!r} (it has {', '.join(fields)})")
-        default = getattr(cls(), key)
-        overrides[key] = value.lower() in ("1", "true", "yes") if isinstance(default, bool) else type(default)(value)
-    options = cls(**overrides)
+    options = options_from_sets(parser, getattr(wf, args.options), args.set)
     if args.verb == "pack":
         for part in wf.write_pack(args.cloud, args.corpus, args.out, options, args.start_from):
             size = sum(f.stat().st_size for f in part.iterdir())

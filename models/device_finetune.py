@@ -1,0 +1,333 @@
+"""Fine-tune the device model on a GPU lent for a few minutes: `write_pack` here, `finetune` there.
+
+Two CPU cores give the device about one step a second, too slow for SpecAugment's masks to pay (the device's
+training log, sitting 17). The GPU machine has neither our corpus nor our TTS engines and takes only 64 MiB a
+call, and Ogg Opus at the bitrates that fit costs this model 2-5 WER points (`exp` probe, 300 `dev` utterances),
+so the pack holds what the encoder reads instead: the model's own normalized log-mel features.
+
+- `write_pack` (here): training renderings spread over the sentences (each sentence's first rendering, then
+  each one's second, ...), and a fixed `dev` subset, as normalized fbank quantized to int8 steps (`step`: at
+  0.2-0.3 the shipped model's CTC WER on 300 `dev` utterances moves by less than 0.3 points), differenced over
+  time and LZMA-compressed in shards; token ids beside them. Part folders stay under `part_mib` each.
+- `finetune` (there): the package's weights, Adam with warm-up and a linear decay to 0 over a time box,
+  ESPnet's loss (CTC + attention) on SpecAugmented features, bf16 matrix work; the teacher-forced `dev` loss now
+  and then picks the best state, and the last few evaluated states are averaged. Writes both as float16.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import lzma
+import os
+import random
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from espnet2.asr.specaug.specaug import SpecAug
+from tqdm import tqdm
+
+from pasu.models.build import DEFAULT_SPECAUG_CONF
+from pasu.models.package import half_state_dict, load_packaged
+
+log = logging.getLogger(__name__)
+
+PACK_INDEX = "pack.json"
+IGNORE_ID = -1  # ESPnet's text padding (pasu.models.data.IGNORE_ID; not imported: that module needs soundfile)
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    train_utterances: int = 24000  # renderings spread over the sentences (every sentence once before any twice)
+    dev_utterances: int = 500  # pasu.models.data.dev_subset of dev: the loss that picks the state kept
+    step: float = 0.25  # int8 quantization step of the normalized features (their std is 1)
+    part_mib: float = 44.0  # each part folder stays under this; one call carries one part (and the checkout)
+    utterances_per_shard: int = 1000  # one LZMA file holds this many, decompressed in parallel there
+    workers: int = 2  # processes computing features here
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    minutes: float = 6.0  # training time box; the learning rate decays linearly to 0 over it
+    batch_frames: int = 60000  # padded feature frames per batch (10 ms each: 600 s of audio)
+    lr: float = 6e-4  # peak Adam learning rate
+    warmup_steps: int = 300
+    grad_clip: float = 5.0  # the CPU recipe's (models/train.py OptimOptions)
+    eval_seconds: float = 30.0  # dev loss this often (and at the end)
+    average_last: int = 4  # the last this many evaluated states are averaged into avg.pt
+    spec_augment: bool = True  # ESPnet's SpecAug with pasu.models.build's DEFAULT_SPECAUG_CONF (as pasu train)
+    seed: int = 0
+
+
+# --- here: the pack --------------------------------------------------------------------------------------
+
+
+def spread_over_sentences(utterances: Sequence, count: int, seed: int) -> list:
+    """Up to `count` utterances: every sentence's first rendering (sentences in a seeded order), then every
+    sentence's second, and so on, so a subset covers as many sentences as it can."""
+    rng = random.Random(seed)
+    by_sentence: dict[str, list] = {}
+    for u in utterances:
+        by_sentence.setdefault(u.target, []).append(u)
+    groups = list(by_sentence.values())
+    rng.shuffle(groups)
+    for group in groups:
+        rng.shuffle(group)
+    chosen: list = []
+    for depth in range(max(map(len, groups), default=0)):
+        chosen += [g[depth] for g in groups if depth < len(g)][: count - len(chosen)]
+    return chosen
+
+
+def write_pack(model_folder: Path, corpora: Sequence[Path], out: Path, options: PackOptions = PackOptions()
+               ) -> list[Path]:
+    """Write part0, part1, ... under `out` (part0 holds dev and the pack's settings); returns them."""
+    from pasu.models.data import dev_subset, load_split
+    from pasu.models.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(Path(model_folder) / "tokenizer.model")
+    train = spread_over_sentences([u for c in corpora for u in load_split(c, "train")], options.train_utterances,
+                                  options.seed)
+    dev = dev_subset(load_split(corpora[0], "dev"), options.dev_utterances)
+    shards = [("dev", dev[k : k + options.utterances_per_shard])
+              for k in range(0, len(dev), options.utterances_per_shard)]
+    shards += [("train", train[k : k + options.utterances_per_shard])
+               for k in range(0, len(train), options.utterances_per_shard)]
+    staging = out / "shards"
+    staging.mkdir(parents=True, exist_ok=True)
+    jobs = [(Path(model_folder), staging / f"{split}-{n:04d}.xz", chunk, options.step)
+            for n, (split, chunk) in enumerate(shards)]
+    with ProcessPoolExecutor(max_workers=options.workers) as pool:
+        written = list(tqdm(pool.map(_write_shard, jobs), total=len(jobs), desc="feature shards", unit="shard",
+                            dynamic_ncols=True))
+    rows = {u.id: tokenizer.encode(u.target) for _, chunk in shards for u in chunk}
+    meta = {"step": options.step, "bins": load_packaged(model_folder)[0].frontend.output_size(), "model": str(model_folder), "corpora": [str(c) for c in corpora],
+            "train_utterances": len(train), "dev_utterances": len(dev)}
+    parts = _fill_parts(out, written, rows, options.part_mib)
+    for n, (folder, listed) in enumerate(parts.items()):
+        (folder / PACK_INDEX).write_text(json.dumps({**meta, "part": n, "utterances": listed}))
+    staging.rmdir()
+    return list(parts)
+
+
+def _write_shard(job: tuple[Path, Path, list, float]) -> tuple[str, list[tuple[object, dict]]]:
+    """One LZMA file of the utterances' quantized, time-differenced features: (file name, [(utterance, place)])."""
+    from pasu.models.data import read_audio
+
+    model_folder, path, utterances, step = job
+    model, _, _ = load_packaged(model_folder)
+    pieces, places, offset = [], [], 0
+    with torch.no_grad():
+        for u in utterances:
+            wave = torch.from_numpy(read_audio(u.audio))[None]
+            feats, lengths = model._extract_feats(wave, torch.tensor([wave.shape[1]]))
+            if model.normalize is not None:
+                feats, _ = model.normalize(feats, lengths)
+            pieces.append(quantize(feats[0].numpy(), step))
+            places.append((u, {"shard": path.name, "offset": offset, "frames": len(feats[0])}))
+            offset += len(feats[0])
+    path.write_bytes(lzma.compress(np.concatenate(pieces).tobytes(), preset=9))
+    return path.name, places
+
+
+def quantize(features: np.ndarray, step: float) -> np.ndarray:
+    """int8 steps of `features` (T, bins), differenced over time (smaller numbers compress better)."""
+    steps = np.clip(np.round(features / step), -127, 127).astype(np.int16)
+    return np.diff(steps, axis=0, prepend=0).astype(np.int8)
+
+
+def dequantize(deltas: np.ndarray, step: float) -> np.ndarray:
+    return np.cumsum(deltas.astype(np.int16), axis=0).astype(np.float32) * step
+
+
+def _fill_parts(out: Path, shards: list[tuple[str, list]], rows: dict[str, list[int]], part_mib: float
+                ) -> dict[Path, list[dict]]:
+    """Move the shards from out/shards into part0, part1, ... in order (dev first), each part under `part_mib`
+    with its index rows counted; the rows of each."""
+    parts: dict[Path, list[dict]] = {}
+    folder, size = None, 0
+    for name, utterances in shards:
+        listed = [{**place, "id": u.id, "split": name.split("-")[0], "tokens": rows[u.id]} for u, place in utterances]
+        added = (out / "shards" / name).stat().st_size + sum(len(json.dumps(r)) + 2 for r in listed)
+        if folder is None or size + added > part_mib * 2**20:
+            folder, size = out / f"part{len(parts)}", 0
+            folder.mkdir(exist_ok=True)
+            parts[folder] = []
+        (out / "shards" / name).rename(folder / name)
+        parts[folder] += listed
+        size += added
+    return parts
+
+
+# --- there: the fine-tuning ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Split:
+    """Feature batches of one split, padded and ready on the device."""
+
+    batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]  # feats, lengths, text, lengths
+    utterances: int
+
+
+def read_packs(folders: Sequence[Path], batch_frames: int, device: torch.device) -> tuple[dict, _Split, _Split]:
+    """Every utterance of the packs as batches of similar length: (pack settings, train, dev)."""
+    indexes = [json.loads((folder / PACK_INDEX).read_text()) for folder in folders]
+    jobs = [(folder, name) for folder, index in zip(folders, indexes)
+            for name in sorted({u["shard"] for u in index["utterances"]})]
+    step, bins = indexes[0]["step"], indexes[0]["bins"]
+    with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        shards = dict(zip(jobs, pool.map(_read_shard, jobs, [bins] * len(jobs))))
+    items: dict[str, list] = {"train": [], "dev": []}
+    for folder, index in zip(folders, indexes):
+        for u in index["utterances"]:
+            deltas = shards[(folder, u["shard"])][u["offset"] : u["offset"] + u["frames"]]
+            items[u["split"]].append((dequantize(deltas, step), u["tokens"]))
+    meta = {k: v for k, v in indexes[0].items() if k != "utterances"}
+    return meta, *(_Split(_batches(items[s], batch_frames, device), len(items[s])) for s in ("train", "dev"))
+
+
+def _read_shard(job: tuple[Path, str], bins: int) -> np.ndarray:
+    folder, name = job
+    return np.frombuffer(lzma.decompress((folder / name).read_bytes()), np.int8).reshape(-1, bins)
+
+
+def _batches(items: list[tuple[np.ndarray, list[int]]], batch_frames: int, device: torch.device) -> list:
+    """Items sorted by length, cut into batches of at most `batch_frames` padded frames, padded on `device`."""
+    order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
+    batches, current = [], []
+    for i in order:
+        if current and len(items[i][0]) * (len(current) + 1) > batch_frames:
+            batches.append(current)
+            current = []
+        current.append(i)
+    batches += [current] if current else []
+    padded = []
+    for batch in batches:
+        feats = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(items[i][0]) for i in batch], batch_first=True)
+        text = torch.nn.utils.rnn.pad_sequence([torch.tensor(items[i][1]) for i in batch], batch_first=True,
+                                               padding_value=IGNORE_ID)
+        lengths = torch.tensor([len(items[i][0]) for i in batch])
+        text_lengths = torch.tensor([len(items[i][1]) for i in batch])
+        padded.append(tuple(t.to(device) for t in (feats, lengths, text, text_lengths)))
+    return padded
+
+
+def finetune(folders: Sequence[Path], model_folder: Path, out: Path, options: FinetuneOptions = FinetuneOptions()
+             ) -> dict:
+    """Train the package in `model_folder` on the packs; write best.pt, avg.pt (float16), history.json and
+    summary.json to `out`."""
+    started = time.monotonic()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    meta, train, dev = read_packs(folders, options.batch_frames, device)  # worker processes: before CUDA work
+    log.info("read %d train (%d batches) and %d dev utterances in %.0f s on %s", train.utterances,
+             len(train.batches), dev.utterances, time.monotonic() - started, device)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = _Trainer(model_folder, train, dev, device, options, out)
+    trainer.run()
+    for name, state in (("best.pt", trainer.best_state), ("avg.pt", _average(trainer.recent))):
+        trainer.model.load_state_dict(state)
+        torch.save({k: v.cpu() for k, v in half_state_dict(trainer.model).items()}, out / name)
+    summary = {"steps": trainer.step, "epochs": round(trainer.step / len(train.batches), 2),
+               "train_utterances": train.utterances, "dev_utterances": dev.utterances,
+               "initial_dev_loss": trainer.history[0]["dev_loss"], "best_dev_loss": trainer.best_loss,
+               "best_step": trainer.best_step, "averaged_steps": [s for s, _ in trainer.recent],
+               "averaged_dev_loss": trainer.dev_loss(), "options": options.__dict__, "pack": meta,
+               "seconds": round(time.monotonic() - started, 1),
+               "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return {**summary, "history": trainer.history}
+
+
+class _Trainer:
+    """Adam over the whole model for a time box; dev loss now and then; the best and the recent states kept."""
+
+    def __init__(self, model_folder: Path, train: _Split, dev: _Split, device: torch.device,
+                 options: FinetuneOptions, out: Path):
+        torch.manual_seed(options.seed)
+        self.train_split, self.dev_split, self.options, self.out = train, dev, options, out
+        self.model, _, _ = load_packaged(model_folder)
+        self.model.specaug = SpecAug(**DEFAULT_SPECAUG_CONF) if options.spec_augment else None
+        self.model.to(device).train()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=options.lr, betas=(0.9, 0.98),
+                                          weight_decay=1e-6)
+        self.rng = random.Random(options.seed)
+        self.step, self.order = 0, []
+        self.best_loss, self.best_step = self.dev_loss(), 0  # the package as it came, until training beats it
+        self.best_state = copy.deepcopy(self.model.state_dict())
+        self.recent: list[tuple[int, dict[str, torch.Tensor]]] = []
+        self.history: list[dict] = [{"step": 0, "dev_loss": self.best_loss, "seconds": 0.0}]
+        log.info("step 0: dev loss %.3f", self.best_loss)
+
+    def run(self) -> None:
+        started = last_eval = time.monotonic()
+        budget = 60.0 * self.options.minutes
+        while (elapsed := time.monotonic() - started) < budget:
+            loss = self._train_step(elapsed / budget)
+            now = time.monotonic()
+            if now - last_eval >= self.options.eval_seconds or now - started >= budget:
+                self._evaluate(loss, round(now - started, 1))
+                last_eval = time.monotonic()
+
+    def _train_step(self, spent: float) -> float:
+        """One batch; the learning rate warms up over steps and decays linearly over the time box (`spent`)."""
+        if not self.order:  # a new epoch: the batches in a new order
+            self.order = list(range(len(self.train_split.batches)))
+            self.rng.shuffle(self.order)
+        feats, lengths, text, text_lengths = self.train_split.batches[self.order.pop()]
+        self.step += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.options.lr * min(1.0, self.step / self.options.warmup_steps) * max(0.0, 1.0 - spent)
+        if self.model.specaug is not None:
+            feats, lengths = self.model.specaug(feats, lengths)
+        loss = _loss(self.model, feats, lengths, text, text_lengths) / len(text)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.grad_clip)
+        self.optimizer.step()
+        return loss.item()
+
+    def _evaluate(self, train_loss: float, seconds: float) -> None:
+        current = self.dev_loss()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.history.append({"step": self.step, "dev_loss": current, "train_loss": train_loss, "lr": lr,
+                             "seconds": seconds})
+        log.info("step %d (%.0f s): train loss %.3f, dev loss %.3f (best %.3f), lr %.2e", self.step, seconds,
+                 train_loss, current, min(self.best_loss, current), lr)
+        state = copy.deepcopy(self.model.state_dict())
+        if current < self.best_loss:
+            self.best_loss, self.best_step, self.best_state = current, self.step, state
+        self.recent = (self.recent + [(self.step, state)])[-self.options.average_last :]
+        (self.out / "history.json").write_text(json.dumps(self.history, indent=1))
+
+    @torch.no_grad()
+    def dev_loss(self) -> float:
+        """Teacher-forced loss per utterance (CTC and attention weighted as in training), as models/train.py's."""
+        self.model.eval()
+        total = sum(float(_loss(self.model, *batch)) for batch in self.dev_split.batches)
+        self.model.train()
+        return total / self.dev_split.utterances
+
+
+def _loss(model: torch.nn.Module, feats: torch.Tensor, lengths: torch.Tensor, text: torch.Tensor,
+          text_lengths: torch.Tensor) -> torch.Tensor:
+    """ESPnet's loss summed over the batch: ctc_weight x CTC + (1 - ctc_weight) x attention, from features."""
+    with torch.autocast(feats.device.type, dtype=torch.bfloat16, enabled=feats.device.type == "cuda"):
+        encoded, encoded_lengths, _ = model.encoder(feats, lengths)
+        loss_ctc, _ = model._calc_ctc_loss(encoded, encoded_lengths, text, text_lengths)
+        loss_att, _, _, _ = model._calc_att_loss(encoded, encoded_lengths, text, text_lengths)
+    weight = model.ctc_weight
+    return (weight * loss_ctc.float() + (1 - weight) * loss_att.float()) * len(text)
+
+
+def _average(states: list[tuple[int, dict[str, torch.Tensor]]]) -> dict[str, torch.Tensor]:
+    first = states[0][1]
+    return {k: sum(s[k].float() for _, s in states) / len(states) if v.is_floating_point() else v
+            for k, v in first.items()}
