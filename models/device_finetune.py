@@ -34,6 +34,7 @@ from espnet2.asr.specaug.specaug import SpecAug
 from tqdm import tqdm
 
 from pasu.models.build import DEFAULT_SPECAUG_CONF
+from pasu.models.gpu_pack import fill_parts
 from pasu.models.package import half_state_dict, load_packaged
 
 log = logging.getLogger(__name__)
@@ -110,10 +111,11 @@ def write_pack(model_folder: Path, corpora: Sequence[Path], out: Path, options: 
     rows = {u.id: tokenizer.encode(u.target) for _, chunk in shards for u in chunk}
     meta = {"step": options.step, "bins": load_packaged(model_folder)[0].frontend.output_size(), "model": str(model_folder), "corpora": [str(c) for c in corpora],
             "train_utterances": len(train), "dev_utterances": len(dev)}
-    parts = _fill_parts(out, written, rows, options.part_mib)
-    for n, (folder, listed) in enumerate(parts.items()):
-        (folder / PACK_INDEX).write_text(json.dumps({**meta, "part": n, "utterances": listed}))
-    staging.rmdir()
+    listed = [(name, [{**place, "id": u.id, "split": name.split("-")[0], "tokens": rows[u.id]}
+                      for u, place in utterances]) for name, utterances in written]  # dev first: it lands in part0
+    parts = fill_parts(out, staging, listed, options.part_mib)
+    for n, (folder, index_rows) in enumerate(parts.items()):
+        (folder / PACK_INDEX).write_text(json.dumps({**meta, "part": n, "utterances": index_rows}))
     return list(parts)
 
 
@@ -145,25 +147,6 @@ def quantize(features: np.ndarray, step: float) -> np.ndarray:
 
 def dequantize(deltas: np.ndarray, step: float) -> np.ndarray:
     return np.cumsum(deltas.astype(np.int16), axis=0).astype(np.float32) * step
-
-
-def _fill_parts(out: Path, shards: list[tuple[str, list]], rows: dict[str, list[int]], part_mib: float
-                ) -> dict[Path, list[dict]]:
-    """Move the shards from out/shards into part0, part1, ... in order (dev first), each part under `part_mib`
-    with its index rows counted; the rows of each."""
-    parts: dict[Path, list[dict]] = {}
-    folder, size = None, 0
-    for name, utterances in shards:
-        listed = [{**place, "id": u.id, "split": name.split("-")[0], "tokens": rows[u.id]} for u, place in utterances]
-        added = (out / "shards" / name).stat().st_size + sum(len(json.dumps(r)) + 2 for r in listed)
-        if folder is None or size + added > part_mib * 2**20:
-            folder, size = out / f"part{len(parts)}", 0
-            folder.mkdir(exist_ok=True)
-            parts[folder] = []
-        (out / "shards" / name).rename(folder / name)
-        parts[folder] += listed
-        size += added
-    return parts
 
 
 # --- there: the fine-tuning ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from pasu.models.gpu_pack import fill_parts
 from pasu.models.whisper_decoder import WhisperDecoder, pack_adaptation, unpack_adaptation
 from pasu.models.whisper_encoder import SAMPLE_RATE, WhisperEncoder, log_mel
 
@@ -106,32 +107,13 @@ def write_pack(cloud_folder: Path, corpus: Path, out: Path, options: PackOptions
     meta = {"prompt": recognizer.prompt, "eot": recognizer.tokenizer.eot, "vocabulary": vocabulary,
             "pieces": [recognizer.tokenizer.decode([t]) if t < recognizer.tokenizer.eot else "" for t in vocabulary],
             "model": weights.name, "start_from": str(start_from or "")}
-    parts = _fill_parts(out, streams, rows, len(json.dumps(meta)), options.part_mib)
-    for folder, listed in parts.items():
-        (folder / PACK_INDEX).write_text(json.dumps({**(meta if folder == part0 else {}), "utterances": listed}))
+    listed = [(name, [{**place, "id": u.id, "split": name.split("-")[0], "text": u.text, "tokens": rows[u.id]}
+                      for u, place in utterances]) for name, utterances in streams]  # dev first: it lands in part0
+    parts = fill_parts(out, out / "streams", listed, options.part_mib,
+                       (part0 / PACK_WEIGHTS).stat().st_size + len(json.dumps(meta)))
+    for folder, index_rows in parts.items():
+        (folder / PACK_INDEX).write_text(json.dumps({**(meta if folder == part0 else {}), "utterances": index_rows}))
     return list(parts)
-
-
-def _fill_parts(out: Path, streams: list[tuple[str, list]], rows: dict[str, list[int]], meta_bytes: int,
-                part_mib: float) -> dict[Path, list[dict]]:
-    """Move the streams from out/streams into part0 (which holds the weights and will hold `meta_bytes` of index
-    header), part1, ... in order, each part under `part_mib` with its index rows counted; the rows of each."""
-    part0 = out / "part0"
-    parts: dict[Path, list[dict]] = {part0: []}
-    folder, size = part0, (part0 / PACK_WEIGHTS).stat().st_size + meta_bytes
-    for name, utterances in streams:  # dev first, so it lands in part0
-        listed = [{**place, "id": u.id, "split": name.split("-")[0], "text": u.text, "tokens": rows[u.id]}
-                  for u, place in utterances]
-        added = (out / "streams" / name).stat().st_size + sum(len(json.dumps(r)) + 2 for r in listed)
-        if size + added > part_mib * 2**20:
-            folder, size = out / f"part{len(parts)}", 0
-            folder.mkdir(exist_ok=True)
-            parts[folder] = []
-        (out / "streams" / name).rename(folder / name)
-        parts[folder] += listed
-        size += added
-    (out / "streams").rmdir()
-    return parts
 
 
 def _packed(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
