@@ -64,6 +64,11 @@ class FinetuneOptions:
     eval_seconds: float = 30.0  # dev loss this often (and at the end)
     average_last: int = 4  # the last this many evaluated states are averaged into avg.pt
     spec_augment: bool = True  # ESPnet's SpecAug with pasu.models.build's DEFAULT_SPECAUG_CONF (as pasu train)
+    # new voices and tempos from heard ones, as a fresh rendering gives: each utterance's mel axis stretched by a
+    # factor drawn from [1 - warp, 1 + warp] (a vocal-tract-length change), each batch's time axis by one from
+    # [1 - tempo, 1 + tempo] (0: off)
+    warp: float = 0.0
+    tempo: float = 0.0
     seed: int = 0
 
 
@@ -268,6 +273,9 @@ class _Trainer:
         self.step += 1
         for group in self.optimizer.param_groups:
             group["lr"] = self.options.lr * min(1.0, self.step / self.options.warmup_steps) * max(0.0, 1.0 - spent)
+        if self.options.warp or self.options.tempo:
+            feats, lengths = perturb(feats, lengths, self.model.frontend.normalize, self.options.warp,
+                                     self.options.tempo)
         if self.model.specaug is not None:
             feats, lengths = self.model.specaug(feats, lengths)
         loss = _loss(self.model, feats, lengths, text, text_lengths) / len(text)
@@ -297,6 +305,32 @@ class _Trainer:
         total = sum(float(_loss(self.model, *batch)) for batch in self.dev_split.batches)
         self.model.train()
         return total / self.dev_split.utterances
+
+
+def perturb(feats: torch.Tensor, lengths: torch.Tensor, normalize: torch.nn.Module, warp: float, tempo: float
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalized log-mel (B, T, bins) with each utterance's mel axis stretched by a random factor within `warp`
+    of 1 and the batch's time axis by one within `tempo` of 1 (linear interpolation, on the un-normalized
+    log-mel so each bin keeps its own statistics); the new lengths."""
+    batch, frames, bins = feats.shape
+    raw = feats * normalize.std + normalize.mean
+    if warp:
+        factor = 1 + warp * (2 * torch.rand(batch, 1, device=feats.device) - 1)
+        source = (torch.arange(bins, device=feats.device) / factor).clamp(max=bins - 1)  # (B, bins)
+        low = source.floor().long()
+        high = (low + 1).clamp(max=bins - 1)
+        share = (source - low)[:, None, :]
+        raw = (raw.gather(2, low[:, None, :].expand(-1, frames, -1)) * (1 - share)
+               + raw.gather(2, high[:, None, :].expand(-1, frames, -1)) * share)
+    if tempo:
+        factor = 1 + tempo * (2 * float(torch.rand(())) - 1)
+        stretched = max(1, round(frames / factor))
+        raw = torch.nn.functional.interpolate(raw.transpose(1, 2), size=stretched, mode="linear",
+                                              align_corners=True).transpose(1, 2)
+        lengths = (lengths.float() * stretched / frames).round().long().clamp(1, stretched)
+    out = (raw - normalize.mean) / normalize.std
+    mask = torch.arange(out.shape[1], device=out.device)[None, :] < lengths[:, None]
+    return out * mask[:, :, None], lengths
 
 
 def _loss(model: torch.nn.Module, feats: torch.Tensor, lengths: torch.Tensor, text: torch.Tensor,

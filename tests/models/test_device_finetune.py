@@ -84,3 +84,23 @@ def test_finetuning_writes_float16_weights_the_package_loads(packed, tmp_path):
         assert all(v.dtype == torch.float16 for k, v in state.items() if k in params)
         model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == summary["steps"]
+
+
+def test_perturbing_stretches_time_and_mel_axes_and_keeps_padding_silent():
+    from pasu.models.device_finetune import perturb
+    from pasu.models.frontend import GlobalNormalize
+
+    torch.manual_seed(0)
+    normalize = GlobalNormalize(8, mean=torch.linspace(-3, 3, 8), std=torch.linspace(1, 2, 8))
+    feats, lengths = torch.randn(3, 40, 8), torch.tensor([40, 30, 10])
+    feats[1, 30:] = feats[2, 10:] = 0
+    same, same_lengths = perturb(feats, lengths, normalize, warp=0.0, tempo=0.0)
+    assert torch.allclose(same, feats, atol=1e-5) and same_lengths.tolist() == [40, 30, 10]
+    out, new_lengths = perturb(feats, lengths, normalize, warp=0.2, tempo=0.3)
+    assert out.shape[0] == 3 and out.shape[2] == 8 and 28 <= out.shape[1] <= 58
+    assert new_lengths[0] == out.shape[1] and torch.all(new_lengths[1:] < new_lengths[0])
+    for row, n in zip(out, new_lengths):
+        assert torch.all(row[n:] == 0)
+    # a pure tempo change keeps each bin's values within the range they had
+    stretched, _ = perturb(feats[:1], lengths[:1], normalize, warp=0.0, tempo=0.3)
+    assert torch.all(stretched.amax(1) <= feats[:1].amax(1) + 1e-4)
