@@ -233,10 +233,10 @@ class DevResult:
 def ctc_greedy(model: ESPnetASRModel, speech: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
     """Best-path CTC token ids per utterance (repeats merged, blanks dropped)."""
     enc, enc_lens = model.encode(speech, lengths)
-    return _greedy_from_encoder(model, enc, enc_lens)
+    return ctc_greedy_from_encoder(model, enc, enc_lens)
 
 
-def _greedy_from_encoder(model: ESPnetASRModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
+def ctc_greedy_from_encoder(model: ESPnetASRModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
     best = model.ctc.argmax(enc).cpu()
     out = []
     for b, n in enumerate(enc_lens.tolist()):
@@ -283,10 +283,10 @@ def _evaluate(
         sums["loss_ctc"] += float(loss_ctc) * n
         sums["loss_att"] += float(loss_att) * n
         sums["acc"] += float(acc) * n
-        for utt_id, ids in zip(batch.ids, _greedy_from_encoder(model, enc, enc_lens)):
+        for utt_id, ids in zip(batch.ids, ctc_greedy_from_encoder(model, enc, enc_lens)):
             hyps[utt_id] = tokenizer.decode(ids)
     model.train(was_training)
-    scores = evaluate_slu(*_aligned_results(utterances, hyps))
+    scores = evaluate_slu(*slu_results(utterances, hyps))
     n = len(utterances)
     w = model.ctc_weight
     loss_ctc, loss_att = sums["loss_ctc"] / n, sums["loss_att"] / n
@@ -303,7 +303,7 @@ def _evaluate(
     )
 
 
-def _aligned_results(utterances: Sequence[Utterance], hyps: dict[str, str]) -> tuple[list, list]:
+def slu_results(utterances: Sequence[Utterance], hyps: dict[str, str]) -> tuple[list, list]:
     """Gold and decoded SluResults; rows with unknown gold slots get no slots on either side (neutral)."""
     refs, outs = [], []
     for u in utterances:

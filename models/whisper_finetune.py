@@ -148,10 +148,14 @@ def _write_stream(job: tuple[Path, list, float]) -> tuple[str, list]:
         places.append((u, {"stream": path.name, "start": offset, "length": len(audio)}))
         pieces += [audio, np.zeros(GAP_SAMPLES, np.float32)]
         offset += len(audio) + GAP_SAMPLES
-    # libsndfile's Opus bitrate is linear in the compression level: 256 kb/s at 0, 6 kb/s at 1
     sf.write(path, np.concatenate(pieces), SAMPLE_RATE, format="OGG", subtype="OPUS",
-             compression_level=(256.0 - kbps) / 250.0)
+             compression_level=opus_compression_level(kbps))
     return path.name, places
+
+
+def opus_compression_level(kbps: float) -> float:
+    """libsndfile's Opus compression level for a bitrate: the bitrate is linear in it, 256 kb/s at 0, 6 kb/s at 1."""
+    return (256.0 - kbps) / 250.0
 
 
 # --- there: the fine-tuning ------------------------------------------------------------------------------
