@@ -19,7 +19,6 @@ it only makes the softmax in training run over our tokens instead of Whisper's 5
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pasu.models.gpu_pack import fill_parts
+from pasu.models.gpu_lease import TimeBoxedTraining, fill_parts
 from pasu.models.whisper_decoder import WhisperDecoder, pack_adaptation, unpack_adaptation
 from pasu.models.whisper_encoder import SAMPLE_RATE, WhisperEncoder, log_mel
 
@@ -227,6 +226,7 @@ def finetune(folders: list[Path], out: Path, options: FinetuneOptions = Finetune
     trainer = _Trainer(data, device, options, out)
     before = trainer.greedy_texts()
     trainer.run()
+    trainer.model.load_state_dict(trainer.best_state)
     after = trainer.greedy_texts()
     model = trainer.model
     np.savez(out / "encoder.npz", **pack_adaptation(model.encoder.adapted_variables()))
@@ -242,65 +242,31 @@ def finetune(folders: list[Path], out: Path, options: FinetuneOptions = Finetune
     return summary
 
 
-class _Trainer:
-    """AdamW over encoder and decoder blocks for a time box; dev loss now and then; the lowest-loss state kept."""
+class _Trainer(TimeBoxedTraining):
+    """AdamW over encoder and decoder blocks on random batches of utterances; the lowest-loss state kept."""
 
     def __init__(self, data: _Data, device: torch.device, options: FinetuneOptions, out: Path):
-        self.data, self.options, self.out = data, options, out
+        self.data = data
         self.model = _Whisper(data.weights).to(device)
         self.filters = torch.from_numpy(data.weights["mel_filters"]).to(device)
         self.prompt = [data.meta["vocabulary"].index(t) for t in data.meta["prompt"]]
         self.eot = data.meta["vocabulary"].index(data.meta["eot"])
-        self.trained = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.trained, lr=options.lr, betas=(0.9, 0.98),
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trained, lr=options.lr, betas=(0.9, 0.98),
                                            weight_decay=options.weight_decay)
         torch.manual_seed(options.seed)
         self.rng = random.Random(options.seed)
-        self.step, self.order = 0, []
-        # the state kept: as it came, until training beats its dev loss
-        self.best_loss, self.best_state = self.dev_loss(), copy.deepcopy(self.model.state_dict())
-        self.history: list[dict] = [{"step": 0, "dev_loss": self.best_loss, "seconds": 0.0}]
-        log.info("step 0: dev loss %.4f", self.best_loss)
+        self.order: list[int] = []
+        super().__init__(options, out, trained)
 
-    def run(self) -> None:
-        started = last_eval = time.monotonic()
-        budget = 60.0 * self.options.minutes
-        while (elapsed := time.monotonic() - started) < budget:
-            loss = self._train_step(elapsed / budget)
-            now = time.monotonic()
-            if now - last_eval >= self.options.eval_seconds or now - started >= budget:
-                self._evaluate(loss, round(now - started, 1))
-                last_eval = time.monotonic()
-        self.model.load_state_dict(self.best_state)
-
-    def _train_step(self, spent: float) -> float:
-        """One batch; the learning rate warms up over steps and decays linearly over the time box (`spent`)."""
+    def batch_loss(self) -> torch.Tensor:
         o = self.options
         if len(self.order) < o.batch_size:  # a new epoch
             self.order = list(range(len(self.data.train)))
             self.rng.shuffle(self.order)
         batch = [self.data.train[i] for i in self.order[: o.batch_size]]
         self.order = self.order[o.batch_size :]
-        self.step += 1
-        for group in self.optimizer.param_groups:
-            group["lr"] = o.lr * min(1.0, self.step / o.warmup_steps) * max(0.0, 1.0 - spent)
-        loss = _loss(self.model, self.filters, self.prompt, batch, o.spec_augment)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.trained, o.grad_clip)
-        self.optimizer.step()
-        return loss.item()
-
-    def _evaluate(self, train_loss: float, seconds: float) -> None:
-        current = self.dev_loss()
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.history.append({"step": self.step, "dev_loss": current, "train_loss": train_loss, "lr": lr,
-                             "seconds": seconds})
-        log.info("step %d: train loss %.4f, dev loss %.4f (best %.4f), lr %.2e", self.step, train_loss, current,
-                 min(self.best_loss, current), lr)
-        if current < self.best_loss:
-            self.best_loss, self.best_state = current, copy.deepcopy(self.model.state_dict())
-        (self.out / "history.json").write_text(json.dumps(self.history, indent=1))
+        return _loss(self.model, self.filters, self.prompt, batch, o.spec_augment)
 
     def dev_loss(self) -> float:
         self.model.eval()

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from pasu.metrics import evaluate_slu
 from pasu.models.data import dev_subset, load_split, read_audio
-from pasu.models.device_finetune import dequantize, quantize
+from pasu.models.device_finetune import dequantize, encoder_input, quantize
 from pasu.models.package import load_packaged
 from pasu.models.train import ctc_greedy_from_encoder, slu_results
 from pasu.models.whisper_finetune import opus_compression_level
@@ -42,11 +42,11 @@ def main() -> None:
     utterances = dev_subset(load_split(args.corpus, "dev"), args.utterances)
     audio = [read_audio(u.audio) for u in utterances]
     model, tokenizer, _ = load_packaged(args.model)
-    stored = [features(model, a) for a in tqdm(audio, desc="features", leave=False)]
+    stored = [encoder_input(model, a) for a in tqdm(audio, desc="features", leave=False)]
     report(f"{args.model}, stored audio", model, tokenizer, utterances, stored)
     for kbps in args.kbps:
         heard, sizes = zip(*(through_opus(a, kbps) for a in tqdm(audio, desc=f"opus {kbps:g}", leave=False)))
-        report(f"Opus {kbps:g} kb/s", model, tokenizer, utterances, [features(model, a) for a in heard], sizes)
+        report(f"Opus {kbps:g} kb/s", model, tokenizer, utterances, [encoder_input(model, a) for a in heard], sizes)
     for step in args.steps:
         packed = [quantize(f, step) for f in stored]
         sizes = [len(lzma.compress(p.tobytes(), preset=9)) for p in packed]
@@ -54,17 +54,7 @@ def main() -> None:
                sizes)
     for folder in args.also:
         other, other_tokenizer, _ = load_packaged(folder)
-        report(f"{folder}, stored audio", other, other_tokenizer, utterances, [features(other, a) for a in audio])
-
-
-def features(model: torch.nn.Module, waveform: np.ndarray) -> np.ndarray:
-    """The model's normalized log-mel of one waveform, (frames, bins)."""
-    with torch.no_grad():
-        wave = torch.from_numpy(waveform)[None]
-        feats, lengths = model._extract_feats(wave, torch.tensor([wave.shape[1]]))
-        if model.normalize is not None:
-            feats, _ = model.normalize(feats, lengths)
-    return feats[0].numpy()
+        report(f"{folder}, stored audio", other, other_tokenizer, utterances, [encoder_input(other, a) for a in audio])
 
 
 def through_opus(waveform: np.ndarray, kbps: float) -> tuple[np.ndarray, int]:
