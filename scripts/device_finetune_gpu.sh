@@ -8,6 +8,7 @@
 #   bash scripts/device_finetune_gpu.sh keep      # the calls between, one part each
 #   bash scripts/device_finetune_gpu.sh train NAME "--set lr=6e-4" [NAME "SETS" ...]   # the last: runs in parallel
 # A part or the wheels already kept in /tmp are not copied again (a warm machine may keep the ignored .gpu too).
+# The checkout alone is over 64 MiB: `bash scripts/gpu_checkout.sh out` before the calls, `back` after.
 set -euo pipefail
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 if [ ! -d /tmp/site/espnet2 ]; then

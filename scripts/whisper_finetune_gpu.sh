@@ -5,6 +5,7 @@
 # call takes 64 MiB and the pack is about 120 MiB.
 #   bash scripts/whisper_finetune_gpu.sh keep               # call 1, part0 carried: keep it there, 30-s smoke run
 #   bash scripts/whisper_finetune_gpu.sh train --set minutes=2.2 ...  # call 2, part1 carried: train on both
+# The checkout alone is over 64 MiB: `bash scripts/gpu_checkout.sh out` before the calls, `back` after.
 set -euo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
