@@ -128,7 +128,7 @@ def write_pack(model_folder: Path, corpora: Sequence[Path], out: Path, options: 
                       for u, place in utterances]) for name, utterances in written]  # dev first: it lands in part0
     parts = fill_parts(out, staging, listed, options.part_mib)
     for n, (folder, index_rows) in enumerate(parts.items()):
-        (folder / PACK_INDEX).write_text(json.dumps({**meta, "part": n, "utterances": index_rows}))
+        (folder / PACK_INDEX).write_text(json.dumps({**meta, "part": n, "parts": len(parts), "utterances": index_rows}))
     return list(parts)
 
 
@@ -180,8 +180,17 @@ class _Split:
 
 
 def read_packs(folders: Sequence[Path], batch_frames: int, device: torch.device) -> tuple[dict, _Split, _Split]:
-    """Every utterance of the packs as batches of similar length: (pack settings, train, dev)."""
-    indexes = [json.loads((folder / PACK_INDEX).read_text()) for folder in folders]
+    """Every utterance of the packs as batches of similar length: (pack settings, train, dev). Part 0 (dev) must be
+    among them; a pack read without some other part (a call lost between two others) is trained on, with a
+    warning, and the settings list the parts read."""
+    by_part = sorted(((json.loads((f / PACK_INDEX).read_text()), f) for f in folders), key=lambda p: p[0]["part"])
+    indexes, folders = [index for index, _ in by_part], [folder for _, folder in by_part]
+    read = [index["part"] for index in indexes]
+    if not read or read[0] != 0 or len(set(read)) != len(read):
+        raise ValueError(f"parts {read} of {[str(f) for f in folders]}: each part once, part 0 (dev) among them")
+    total = indexes[0].get("parts", len(read))  # packs written before stop 66's last change do not say
+    if len(read) < total:
+        log.warning("training on parts %s of the pack's %d: the others were not given", read, total)
     jobs = [(folder, name) for folder, index in zip(folders, indexes)
             for name in sorted({u["shard"] for u in index["utterances"]})]
     step, bins = indexes[0]["step"], indexes[0]["bins"]
@@ -192,7 +201,7 @@ def read_packs(folders: Sequence[Path], batch_frames: int, device: torch.device)
         for u in index["utterances"]:
             deltas = shards[(folder, u["shard"])][u["offset"] : u["offset"] + u["frames"]]
             items[u["split"]].append((dequantize(deltas, step), u["tokens"]))
-    meta = {k: v for k, v in indexes[0].items() if k != "utterances"}
+    meta = {**{k: v for k, v in indexes[0].items() if k not in ("utterances", "part")}, "parts_read": read}
     return meta, *(_Split(_batches(items[s], batch_frames, device), len(items[s])) for s in ("train", "dev"))
 
 

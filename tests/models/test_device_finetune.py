@@ -104,3 +104,17 @@ def test_perturbing_stretches_time_and_mel_axes_and_keeps_padding_silent():
     # a pure tempo change keeps each bin's values within the range they had
     stretched, _ = perturb(feats[:1], lengths[:1], normalize, warp=0.0, tempo=0.3)
     assert torch.all(stretched.amax(1) <= feats[:1].amax(1) + 1e-4)
+
+
+def test_a_pack_read_without_a_part_warns_and_without_part0_is_refused(packed, caplog):
+    _, _, parts, _ = packed
+    meta, train, dev = read_packs(list(reversed(parts)), batch_frames=10**6, device=torch.device("cpu"))
+    assert meta["parts_read"] == list(range(len(parts))) and meta["parts"] == len(parts)
+    with caplog.at_level("WARNING"):
+        meta, fewer, dev_again = read_packs(parts[:1], batch_frames=10**6, device=torch.device("cpu"))
+    assert meta["parts_read"] == [0] and "not given" in caplog.text
+    assert dev_again.utterances == dev.utterances and fewer.utterances < train.utterances
+    with pytest.raises(ValueError, match="part 0"):
+        read_packs(parts[1:], batch_frames=10**6, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="each part once"):
+        read_packs([parts[0], parts[0]], batch_frames=10**6, device=torch.device("cpu"))
