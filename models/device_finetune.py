@@ -188,7 +188,7 @@ def read_packs(folders: Sequence[Path], batch_frames: int, device: torch.device)
     read = [index["part"] for index in indexes]
     if not read or read[0] != 0 or len(set(read)) != len(read):
         raise ValueError(f"parts {read} of {[str(f) for f in folders]}: each part once, part 0 (dev) among them")
-    total = indexes[0].get("parts", len(read))  # packs written before stop 66's last change do not say
+    total = indexes[0].get("parts", len(read))  # older packs do not say
     if len(read) < total:
         log.warning("training on parts %s of the pack's %d: the others were not given", read, total)
     jobs = [(folder, name) for folder, index in zip(folders, indexes)
