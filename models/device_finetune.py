@@ -38,15 +38,15 @@ from espnet2.asr.specaug.specaug import SpecAug
 from tqdm import tqdm
 
 from pasu.models.build import DEFAULT_SPECAUG_CONF
+from pasu.models.data import IGNORE_ID, bucket_batches, dev_subset, load_split, read_audio
 from pasu.models.gpu_lease import TimeBoxedTraining, fill_parts
 from pasu.models.package import half_state_dict, load_packaged
+from pasu.models.tokenizer import Tokenizer
+from pasu.models.train import encoded_losses, weighted_loss
 
 log = logging.getLogger(__name__)
 
 PACK_INDEX = "pack.json"
-# ESPnet's text padding, pasu.models.data.IGNORE_ID: not imported, since that module imports pasu.device, which
-# the GPU machine's checkout mapping (scripts/gpu_job.py) does not provide
-IGNORE_ID = -1
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,6 @@ def spread_over_sentences(utterances: Sequence, count: int, seed: int) -> list:
 def write_pack(model_folder: Path, corpora: Sequence[Path], out: Path, options: PackOptions = PackOptions()
                ) -> list[Path]:
     """Write part0, part1, ... under `out` (part0 holds dev and the pack's settings); returns them."""
-    from pasu.models.data import dev_subset, load_split
-    from pasu.models.tokenizer import Tokenizer
-
     tokenizer = Tokenizer(Path(model_folder) / "tokenizer.model")
     train = spread_over_sentences([u for c in corpora for u in load_split(c, "train")], options.train_utterances,
                                   options.seed)
@@ -134,8 +131,6 @@ def write_pack(model_folder: Path, corpora: Sequence[Path], out: Path, options: 
 
 def _write_shard(job: tuple[Path, Path, list, float]) -> tuple[str, list[tuple[object, dict]]]:
     """One LZMA file of the utterances' quantized, time-differenced features: (file name, [(utterance, place)])."""
-    from pasu.models.data import read_audio
-
     model_folder, path, utterances, step = job
     model, _, _ = load_packaged(model_folder)
     pieces, places, offset = [], [], 0
@@ -212,16 +207,8 @@ def _read_shard(job: tuple[Path, str], bins: int) -> np.ndarray:
 
 def _batches(items: list[tuple[np.ndarray, list[int]]], batch_frames: int, device: torch.device) -> list:
     """Items sorted by length, cut into batches of at most `batch_frames` padded frames, padded on `device`."""
-    order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
-    batches, current = [], []
-    for i in order:
-        if current and len(items[i][0]) * (len(current) + 1) > batch_frames:
-            batches.append(current)
-            current = []
-        current.append(i)
-    batches += [current] if current else []
     padded = []
-    for batch in batches:
+    for batch in bucket_batches([len(features) for features, _ in items], batch_frames):
         feats = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(items[i][0]) for i in batch], batch_first=True)
         text = torch.nn.utils.rnn.pad_sequence([torch.tensor(items[i][1]) for i in batch], batch_first=True,
                                                padding_value=IGNORE_ID)
@@ -326,7 +313,5 @@ def _loss(model: torch.nn.Module, feats: torch.Tensor, lengths: torch.Tensor, te
     """ESPnet's loss summed over the batch: ctc_weight x CTC + (1 - ctc_weight) x attention, from features."""
     with torch.autocast(feats.device.type, dtype=torch.bfloat16, enabled=feats.device.type == "cuda"):
         encoded, encoded_lengths, _ = model.encoder(feats, lengths)
-        loss_ctc, _ = model._calc_ctc_loss(encoded, encoded_lengths, text, text_lengths)
-        loss_att, _, _, _ = model._calc_att_loss(encoded, encoded_lengths, text, text_lengths)
-    weight = model.ctc_weight
-    return (weight * loss_ctc.float() + (1 - weight) * loss_att.float()) * len(text)
+        loss_ctc, loss_att, _ = encoded_losses(model, encoded, encoded_lengths, text, text_lengths)
+    return weighted_loss(model, loss_ctc.float(), loss_att.float()) * len(text)

@@ -277,8 +277,7 @@ def _evaluate(
     for batch in batch_loader(dataset, batches):
         x = batch.model_inputs(device)
         enc, enc_lens = model.encode(x["speech"], x["speech_lengths"])
-        loss_ctc, _ = model._calc_ctc_loss(enc, enc_lens, x["text"], x["text_lengths"])
-        loss_att, acc, _, _ = model._calc_att_loss(enc, enc_lens, x["text"], x["text_lengths"])
+        loss_ctc, loss_att, acc = encoded_losses(model, enc, enc_lens, x["text"], x["text_lengths"])
         n = len(batch.ids)
         sums["loss_ctc"] += float(loss_ctc) * n
         sums["loss_att"] += float(loss_att) * n
@@ -288,11 +287,10 @@ def _evaluate(
     model.train(was_training)
     scores = evaluate_slu(*slu_results(utterances, hyps))
     n = len(utterances)
-    w = model.ctc_weight
     loss_ctc, loss_att = sums["loss_ctc"] / n, sums["loss_att"] / n
     return DevResult(
         n=n,
-        loss=w * loss_ctc + (1 - w) * loss_att,
+        loss=weighted_loss(model, loss_ctc, loss_att),
         loss_ctc=loss_ctc,
         loss_att=loss_att,
         acc=sums["acc"] / n,
@@ -301,6 +299,19 @@ def _evaluate(
         slu_f1=scores.slu_f1,
         seconds=time.perf_counter() - start,
     )
+
+
+def encoded_losses(model: ESPnetASRModel, enc: torch.Tensor, enc_lens: torch.Tensor, text: torch.Tensor,
+                   text_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """ESPnet's CTC and attention losses (per utterance, batch-averaged) and the decoder's token accuracy."""
+    loss_ctc, _ = model._calc_ctc_loss(enc, enc_lens, text, text_lengths)
+    loss_att, acc, _, _ = model._calc_att_loss(enc, enc_lens, text, text_lengths)
+    return loss_ctc, loss_att, acc
+
+
+def weighted_loss(model: ESPnetASRModel, loss_ctc: Any, loss_att: Any) -> Any:
+    """ctc_weight x CTC + (1 - ctc_weight) x attention, as ESPnet's forward weighs them."""
+    return model.ctc_weight * loss_ctc + (1 - model.ctc_weight) * loss_att
 
 
 def slu_results(utterances: Sequence[Utterance], hyps: dict[str, str]) -> tuple[list, list]:

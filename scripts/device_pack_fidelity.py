@@ -24,7 +24,7 @@ from pasu.metrics import evaluate_slu
 from pasu.models.data import dev_subset, load_split, read_audio
 from pasu.models.device_finetune import dequantize, encoder_input, quantize
 from pasu.models.package import load_packaged
-from pasu.models.train import ctc_greedy_from_encoder, slu_results
+from pasu.models.train import ctc_greedy_from_encoder, encoded_losses, slu_results, weighted_loss
 from pasu.models.whisper_finetune import opus_compression_level
 
 
@@ -77,9 +77,8 @@ def report(name: str, model: torch.nn.Module, tokenizer, utterances: list, feats
         x, n = torch.from_numpy(f)[None], torch.tensor([len(f)])
         text = torch.tensor([tokenizer.encode(u.target)])
         encoded, encoded_lengths, _ = model.encoder(x, n)
-        loss_ctc, _ = model._calc_ctc_loss(encoded, encoded_lengths, text, torch.tensor([text.shape[1]]))
-        loss_att, _, _, _ = model._calc_att_loss(encoded, encoded_lengths, text, torch.tensor([text.shape[1]]))
-        loss += float(model.ctc_weight * loss_ctc + (1 - model.ctc_weight) * loss_att)
+        loss_ctc, loss_att, _ = encoded_losses(model, encoded, encoded_lengths, text, torch.tensor([text.shape[1]]))
+        loss += float(weighted_loss(model, loss_ctc, loss_att))
         hyps[u.id] = tokenizer.decode(ctc_greedy_from_encoder(model, encoded, encoded_lengths)[0])
     scores = evaluate_slu(*slu_results(utterances, hyps))
     size = f", {np.mean(sizes):,.0f} bytes an utterance" if len(sizes) else ""

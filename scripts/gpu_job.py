@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import importlib.util
 import sys
+import tomllib
 import types
 from pathlib import Path
 
@@ -14,11 +15,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def map_checkout() -> None:
-    """Make `pasu.models` importable from the checkout where the project is not installed (the GPU machine has
-    PyTorch but not this project): the checkout's folders mapped as pyproject.toml installs them."""
+    """Make `pasu` importable from the checkout where the project is not installed (the GPU machine has PyTorch
+    but not this project): each folder mapped to the package pyproject.toml's package-dir installs it as."""
     if importlib.util.find_spec("pasu") is not None:
         return
-    for name, folder in (("pasu", "pasu"), ("pasu.models", "models")):
+    package_dir = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for name, folder in sorted(package_dir.items()):  # parents first
         module = types.ModuleType(name)
         module.__path__ = [str(REPO / folder)]
         sys.modules[name] = module
