@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from pasu.device.offramp_data import load_samples
 from pasu.metrics import word_edits
-from pasu.models.data import load_split, read_audio
+from pasu.models.data import Utterance, load_split, read_audio
 from pasu.models.recognizer import TextIntentPass, load_recognizer
 from pasu.models.text_intent import TextIntentClassifier
 
@@ -31,18 +31,28 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON cache {id: {intent, text, edits}}; resumed")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    answers = json.loads(args.out.read_text()) if args.out.is_file() else {}
     utterances = {u.id: u for u in load_split(args.corpus, args.split)}
-    todo = [s.id for s in load_samples(args.replays) if s.id not in answers]
-    cloud = TextIntentPass(load_recognizer(args.cloud), TextIntentClassifier.load(args.text_intent))
-    for i, uid in enumerate(tqdm(todo, desc="cloud answers", unit="utt")):
-        utterance = utterances[uid]
-        result = cloud.recognize_batch([read_audio(utterance.audio)])[0]
-        answers[uid] = {"intent": result.intent, "text": result.text, "edits": word_edits(utterance.text, result.text)}
-        if i % 50 == 49:  # resumable
-            args.out.write_text(json.dumps(answers))
-    args.out.write_text(json.dumps(answers))
+    answers = cloud_answers([utterances[s.id] for s in load_samples(args.replays)], args.out, args.cloud,
+                            args.text_intent)
     print(f"{len(answers)} answers in {args.out}")
+
+
+def cloud_answers(utterances: list[Utterance], cache: Path, cloud_model: Path = Path("models/shipped/cloud"),
+                  text_intent: Path = Path("models/shipped/text_intent")) -> dict:
+    """id -> the cloud's {intent, text, edits} for each utterance, decoded once and cached in `cache` (resumed)."""
+    answers = json.loads(cache.read_text()) if cache.is_file() else {}
+    todo = [u for u in utterances if u.id not in answers]
+    if not todo:
+        return answers
+    cloud = TextIntentPass(load_recognizer(cloud_model), TextIntentClassifier.load(text_intent))
+    for i, utterance in enumerate(tqdm(todo, desc="cloud answers", unit="utt")):
+        result = cloud.recognize_batch([read_audio(utterance.audio)])[0]
+        answers[utterance.id] = {"intent": result.intent, "text": result.text,
+                                 "edits": word_edits(utterance.text, result.text)}
+        if i % 50 == 49:  # resumable
+            cache.write_text(json.dumps(answers))
+    cache.write_text(json.dumps(answers))
+    return answers
 
 
 if __name__ == "__main__":

@@ -193,6 +193,15 @@ class BeamSearch:
         return [Hypothesis(tuple(s), float(t), True, tuple(a.tolist()), tuple(c.tolist()))
                 for s, t, a, c in zip(seqs.tolist(), totals, att, inc)]
 
+    @torch.inference_mode()
+    def ctc_greedy(self, encoded: torch.Tensor, options: SearchOptions = SearchOptions()) -> Hypothesis | None:
+        """The CTC's best path over (T, D) encoder frames, collapsed and without blanks, as an ended hypothesis
+        scored as `token_scores` scores it; None when the path emits nothing. A pilot of the whole input with no
+        search: at end of speech it gives the offramps what the full decode would, for a few milliseconds."""
+        path = self.ctc.argmax(encoded.unsqueeze(0))[0]
+        tokens = [int(t) for t in torch.unique_consecutive(path) if int(t) != self.blank]
+        return self.token_scores(encoded, [tokens], options)[0] if tokens else None
+
     def _check_lm(self, options: SearchOptions) -> None:
         if options.lm_weight and self.lm is None:
             raise ValueError(f"lm_weight {options.lm_weight} needs a search built with an LM (an agent's `lm`)")

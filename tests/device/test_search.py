@@ -150,6 +150,31 @@ def test_forced_scores_reproduce_the_searchs_own(tiny_model, encoded, vanilla):
     assert checked >= 4
 
 
+def test_ctc_greedy_is_the_best_path_scored_as_forced_decoding(tiny_model, encoded):
+    search = tiny_model.search
+    checked = 0
+    for enc in encoded:
+        with torch.inference_mode():
+            path = search.ctc.argmax(enc.unsqueeze(0))[0].tolist()
+        collapsed = [t for i, t in enumerate(path) if t != search.blank and (i == 0 or t != path[i - 1])]
+        greedy = search.ctc_greedy(enc)
+        if collapsed:
+            checked += 1
+            assert list(greedy.tokens) == collapsed and greedy.ended
+            assert greedy == search.token_scores(enc, [collapsed])[0]
+            assert len(greedy.token_att) == len(greedy.token_ctc) == len(collapsed) + 1  # <eos> scored too
+    assert checked
+
+
+def test_ctc_greedy_of_frames_that_are_all_blank_is_none(tiny_model, encoded):
+    search = tiny_model.search
+    weight = search.ctc.ctc_lo.weight  # frames along the blank's output row: the CTC says blank on each
+    blank_only = 50.0 * weight[search.blank].detach().expand(len(encoded[0]), -1).clone()
+    with torch.inference_mode():
+        assert (search.ctc.argmax(blank_only.unsqueeze(0))[0] == search.blank).all()
+    assert search.ctc_greedy(blank_only) is None
+
+
 def test_first_token_rescoring_picks_the_best_scoring_first_token(tiny_model, encoded):
     """Greedy search commits to its first token (as collapse does); rescoring tries the others."""
     search = tiny_model.search
