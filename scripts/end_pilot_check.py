@@ -35,6 +35,7 @@ from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_net import TrainOptions
 from pasu.device.offramp_train import load_device_model
 from pasu.device.routing import PerplexityOfframp, weigh_by_length
+from pasu.device.runtime import DeviceModel
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 
 JUDGED = ("pilot", "end", "final")  # the last pilot, the end-of-speech pilot, the full decode
@@ -108,14 +109,14 @@ def perplexity(features: HypothesisFeatures | None) -> float:
     return PerplexityOfframp().score(features.hypothesis()) if features else float("inf")
 
 
-def replays(model, args: argparse.Namespace, split: str, utterances: list[Utterance]) -> list[OfframpSample]:
+def replays(model: DeviceModel, args: argparse.Namespace, split: str, utterances: list[Utterance]) -> list[OfframpSample]:
     """The agent's replays (`pasu offramp train`'s), those with a hypothesis to judge at end of speech."""
     samples = collect_split(model, args.corpus, split, utterances, args.work / f"replays-{split}.jsonl",
                             jobs=args.jobs)
     return [s for s in samples if s.early is not None]
 
 
-def end_pilots(model, corpus: Path, split: str, samples: list[OfframpSample], cache: Path) -> dict:
+def end_pilots(model: DeviceModel, corpus: Path, split: str, samples: list[OfframpSample], cache: Path) -> dict:
     """id -> (the end-of-speech pilot's features or None, seconds it took after the encode)."""
     found = pickle.loads(cache.read_bytes()) if cache.is_file() else {}
     utterances = {u.id: u for u in load_split(corpus, split)}

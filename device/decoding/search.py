@@ -197,7 +197,8 @@ class BeamSearch:
     def ctc_greedy(self, encoded: torch.Tensor, options: SearchOptions = SearchOptions()) -> Hypothesis | None:
         """The CTC's best path over (T, D) encoder frames, collapsed and without blanks, as an ended hypothesis
         scored as `token_scores` scores it; None when the path emits nothing. A pilot of the whole input with no
-        search: at end of speech it gives the offramps what the full decode would, for a few milliseconds."""
+        search, a few milliseconds after the final encode (what the offramps read of it:
+        scripts/end_pilot_check.py)."""
         path = self.ctc.argmax(encoded.unsqueeze(0))[0]
         tokens = [int(t) for t in torch.unique_consecutive(path) if int(t) != self.blank]
         return self.token_scores(encoded, [tokens], options)[0] if tokens else None
