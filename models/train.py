@@ -46,6 +46,7 @@ from tqdm import tqdm
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 from pasu.config import from_dict
+from pasu.device.decoding.ctc_prefix import collapse_path
 from pasu.files import write_text_atomic
 from pasu.metrics import SluResult, evaluate_slu
 from pasu.models.build import DEFAULT_SPECAUG_CONF, build_asr_model
@@ -238,11 +239,7 @@ def ctc_greedy(model: ESPnetASRModel, speech: torch.Tensor, lengths: torch.Tenso
 
 def ctc_greedy_from_encoder(model: ESPnetASRModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
     best = model.ctc.argmax(enc).cpu()
-    out = []
-    for b, n in enumerate(enc_lens.tolist()):
-        ids = torch.unique_consecutive(best[b, :n])
-        out.append([int(i) for i in ids if i != 0])
-    return out
+    return [collapse_path(best[b, :n]) for b, n in enumerate(enc_lens.tolist())]
 
 
 @torch.no_grad()

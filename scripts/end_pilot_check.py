@@ -25,11 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from cloud_answers import cloud_answers  # scripts/ is on sys.path when run as a script
-from offramp_labels import table5_ratios
+from offramp_labels import intent_at_share, table5_ratios
 from tqdm import tqdm
 
 from pasu.device.bilstm_offramp import token_features, train
-from pasu.device.calibration import OFFLOAD_LEVELS
 from pasu.device.offramp_cli import collect_split
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_net import TrainOptions
@@ -81,9 +80,7 @@ def main() -> None:
 
     def report(name: str, scores: np.ndarray) -> None:
         weighed = weigh_by_length(scores, seconds)
-        offloaded = np.zeros(len(test), bool)
-        offloaded[np.argsort(-weighed, kind="stable")[:round(OFFLOAD_LEVELS["M"] * len(test))]] = True
-        intent = np.where(offloaded, cloud_right, local_right).mean()
+        intent = intent_at_share(weighed, local_right, cloud_right)
         print(f"{name:22s}" + "".join(f"{r:7.2f}x" for r in table5_ratios(weighed, local, cloud, words))
               + f"   intent at Offload-M's share {intent:.1%} ({100 * (intent - cloud_right.mean()):+.1f})", flush=True)
 

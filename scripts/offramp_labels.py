@@ -151,11 +151,17 @@ def price_on_test(run: Path, profile: str, sequences: list[np.ndarray], labels: 
     for name, labels_ in labels.items():
         scores = weigh_by_length(train(sequences, labels_).probabilities(test_sequences), seconds)
         ratios = table5_ratios(scores, local, cloud, words)
-        offloaded = np.zeros(len(samples), bool)
-        offloaded[np.argsort(-scores, kind="stable")[:round(OFFLOAD_LEVELS["M"] * len(samples))]] = True
-        intent = np.where(offloaded, cloud_right, local_right).mean()
+        intent = intent_at_share(scores, local_right, cloud_right)
         print(f"  BiLSTM on {name:24s}" + "".join(f"{r:8.2f}x" for r in ratios)
               + f"   intent at Offload-M's share {intent:.1%} ({100 * (intent - cloud_right.mean()):+.1f})", flush=True)
+
+
+def intent_at_share(scores: np.ndarray, local_right: np.ndarray, cloud_right: np.ndarray,
+                    share: float = OFFLOAD_LEVELS["M"]) -> float:
+    """Intent accuracy when the `share` of utterances with the highest scores is offloaded (default Offload-M's)."""
+    offloaded = np.zeros(len(scores), bool)
+    offloaded[np.argsort(-scores, kind="stable")[:round(share * len(scores))]] = True
+    return float(np.where(offloaded, cloud_right, local_right).mean())
 
 
 def boosted_out_of_fold(features: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -197,6 +203,7 @@ def word_evidence(samples: list, corpus: Path) -> np.ndarray:
 @torch.inference_mode()
 def ctc_evidence(samples: list, utterances: dict, model_folder: Path) -> np.ndarray:
     """The device's CTC posteriors over the whole utterance, and the CTC-greedy transcript against the pilot's."""
+    from pasu.device.decoding.ctc_prefix import collapse_path
     from pasu.device.runtime import DeviceModel
     from pasu.metrics import word_edits
     from pasu.models.data import read_audio
@@ -211,7 +218,7 @@ def ctc_evidence(samples: list, utterances: dict, model_folder: Path) -> np.ndar
         top, best = probs.max(-1)
         entropy = -(probs * logp).sum(-1)
         speech = top[best != 0] if (best != 0).any() else torch.zeros(1)
-        greedy = model.read([int(t) for t in torch.unique_consecutive(best) if t != 0]).text
+        greedy = model.read(collapse_path(best)).text
         rows.append([entropy.mean(), entropy.max(), (top < 0.5).float().mean(), speech.mean(), speech.min(),
                      (speech < 0.5).float().sum(), word_edits(s.pilot_text, greedy), len(greedy.split())])
     return np.array(rows, float)

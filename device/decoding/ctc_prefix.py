@@ -15,6 +15,11 @@ import torch
 LOGZERO = -1.0e10  # ESPnet's log(0): finite, so that LOGZERO - LOGZERO stays finite in later arithmetic
 
 
+def collapse_path(path: torch.Tensor, blank: int = 0) -> list[int]:
+    """A CTC best path, (T,) token ids per frame, as the token sequence it emits: repeats merged, blanks dropped."""
+    return [int(t) for t in torch.unique_consecutive(path) if int(t) != blank]
+
+
 @dataclass(frozen=True)
 class CandidateForward:
     """What scoring one prefix g's candidate tokens produced, kept so a later search can leap over it."""

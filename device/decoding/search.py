@@ -45,6 +45,7 @@ from pasu.device.decoding.ctc_prefix import (
     CtcPrefixScorer,
     LeapStart,
     PrefixCache,
+    collapse_path,
 )
 from pasu.device.decoding.decoder_step import SourceKeys
 from pasu.device.decoding.decoder_step import batch_score as decoder_batch_score
@@ -199,8 +200,7 @@ class BeamSearch:
         scored as `token_scores` scores it; None when the path emits nothing. A pilot of the whole input with no
         search, a few milliseconds after the final encode (what the offramps read of it:
         scripts/end_pilot_check.py)."""
-        path = self.ctc.argmax(encoded.unsqueeze(0))[0]
-        tokens = [int(t) for t in torch.unique_consecutive(path) if int(t) != self.blank]
+        tokens = collapse_path(self.ctc.argmax(encoded.unsqueeze(0))[0], self.blank)
         return self.token_scores(encoded, [tokens], options)[0] if tokens else None
 
     def _check_lm(self, options: SearchOptions) -> None:

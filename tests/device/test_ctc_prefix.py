@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from espnet.nets.ctc_prefix_score import CTCPrefixScoreTH
-from pasu.device.decoding.ctc_prefix import CtcPrefixScorer, LeapStart
+from pasu.device.decoding.ctc_prefix import CtcPrefixScorer, LeapStart, collapse_path
 
 
 def _posteriors(frames: int, vocab: int = 12, seed: int = 0) -> torch.Tensor:
@@ -84,3 +84,10 @@ def test_log_likelihood_is_what_the_prefix_increments_add_up_to(tiny_model, spee
         for h in ended:
             ll = scorer.log_likelihood(torch.tensor([h.tokens]))
             assert float(ll[0]) == pytest.approx(sum(h.token_ctc), abs=1e-3)
+
+
+def test_a_best_path_collapses_to_the_tokens_it_emits():
+    path = torch.tensor([0, 5, 5, 0, 0, 5, 7, 7, 0, 3])
+    assert collapse_path(path) == [5, 5, 7, 3]  # a blank between repeats keeps both
+    assert collapse_path(torch.tensor([2, 2, 4, 2]), blank=2) == [4]
+    assert collapse_path(torch.zeros(6, dtype=torch.long)) == []
