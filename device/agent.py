@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
+import torch
 from pasu.device.audio import (
     SAMPLE_RATE,
     AudioError,
@@ -211,30 +212,37 @@ class Session:
         """Decide where to finish, finish there, and return the result; latency counts from `end_of_speech`."""
         check_length(self.stream.num_samples, source=self.utterance_id or "utterance")
         eos = self.timeline.end_of_speech = end_of_speech
+        judges = self.policy.judges if self.policy is not None else None
         pilot_hyp = self.last_pilot.best if self.last_pilot else None
-        decision = None
-        if self.policy is not None and not self.policy.after_decode and pilot_hyp is not None:
-            decision = self._decide(pilot_hyp)
-        cloud_failure = ""
-        if decision is not None and decision.offload:
-            answer = self._offload(decision)
+        decision, cloud_failure = None, ""
+        if judges == "pilot" and pilot_hyp is not None:
+            decision, answer = self._decide_and_offload(pilot_hyp)
             if isinstance(answer, AgentResult):
                 return self._done(answer, eos)
             cloud_failure = answer
-        tokens, hyp, confidence = self._decode_local()
+        encoded = self._encode()
+        if judges == "end":  # nothing heard (no end-of-speech pilot) offloads, as the bench prices it
+            decision, answer = self._decide_and_offload(self._end_pilot(encoded))
+            if isinstance(answer, AgentResult):
+                return self._done(answer, eos)
+            cloud_failure = answer
+        tokens, hyp, confidence = self._decode_local(encoded)
         if self.policy is not None and decision is None:  # late decision, or no pilot to judge
-            decision = self._decide(hyp)
-            if decision.offload:
-                answer = self._offload(decision)
-                if isinstance(answer, AgentResult):
-                    return self._done(answer, eos)
-                cloud_failure = answer
+            decision, answer = self._decide_and_offload(hyp)
+            if isinstance(answer, AgentResult):
+                return self._done(answer, eos)
+            cloud_failure = answer
         route = "fallback" if cloud_failure else "local"
         # a fallback says both why it offloaded and why the cloud did not answer, as a cloud answer says both
         reason = "; ".join(part for part in (decision.reason if decision else "local decode", cloud_failure) if part)
         slu = self.model.answer(tokens, hyp)
         result = AgentResult(slu.text, slu.intent, slu.slots, confidence, route, reason, tokens=tuple(tokens))
         return self._done(result, eos)
+
+    def _decide_and_offload(self, hypothesis: Hypothesis | None) -> tuple[Decision, AgentResult | str]:
+        """The policy's decision on `hypothesis`, and the cloud's result or why there is none ('' when kept)."""
+        decision = self._decide(hypothesis)
+        return decision, self._offload(decision) if decision.offload else ""
 
     def _decide(self, hypothesis: Hypothesis | None) -> Decision:
         start = self.clock.now()
@@ -260,10 +268,21 @@ class Session:
         return AgentResult(c.result.text, c.result.intent, c.result.slots, c.confidence, "cloud",
                            f"{decision.reason}; answered by {c.model_id}")
 
-    def _decode_local(self) -> tuple[list[int], Hypothesis | None, float]:
+    def _encode(self) -> torch.Tensor:
+        """The whole input's encoder output, which the local decode and the end-of-speech pilot share."""
         start = self.clock.now()
         encoded = self.stream.encode()
         self.timeline.add("encode", start, self.clock.now(), frames=int(encoded.size(0)))
+        return encoded
+
+    def _end_pilot(self, encoded: torch.Tensor) -> Hypothesis | None:
+        """The CTC's best path over the whole input, scored for the offramps (None: the CTC hears only blanks)."""
+        start = self.clock.now()
+        pilot = self.model.search.ctc_greedy(encoded)
+        self.timeline.add("end_pilot", start, self.clock.now(), tokens=len(pilot.tokens) if pilot else 0)
+        return pilot
+
+    def _decode_local(self, encoded: torch.Tensor) -> tuple[list[int], Hypothesis | None, float]:
         start = self.clock.now()
         if self.options.decoder == "pilot":
             reference = self.last_pilot.as_reference() if self.last_pilot else None

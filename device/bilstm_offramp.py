@@ -73,7 +73,16 @@ class LateBiLstmOfframp(BiLstmOfframp):
 
     weights_file = "bilstm_late.pt"
     config_file = "bilstm_late.json"
-    late = True
+    judges = "final"
+
+
+class EndBiLstmOfframp(BiLstmOfframp):
+    """The same network fitted on, and judging, the end-of-speech pilot (the bilstm-end policy): the CTC's best path
+    over the whole input, a few milliseconds after its encode (BeamSearch.ctc_greedy)."""
+
+    weights_file = "bilstm_end.pt"
+    config_file = "bilstm_end.json"
+    judges = "end"
 
 
 def train(sequences: Sequence[np.ndarray], labels: np.ndarray, options: TrainOptions = TrainOptions(),

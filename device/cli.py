@@ -12,8 +12,8 @@ from pasu.config import given
 from pasu.settings import SHIPPED_LM_WEIGHT, shipped_model
 
 # routing.PolicyName's values, written out: importing routing here would load torch for every `pasu` command
-POLICIES = ("on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "bilstm-late", "intent", "ppl+intent",
-            "bilstm+intent")
+POLICIES = ("on-device", "all", "naive", "ppl", "ppl-end", "ppl-late", "bilstm", "bilstm-end", "bilstm-late",
+            "intent", "ppl+intent", "bilstm+intent")
 
 if TYPE_CHECKING:
     from pasu.device.agent import AgentOptions
@@ -120,7 +120,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--policy", choices=POLICIES, default=None,
                      help="offloading policy when there is a cloud (routing.policy; default ppl+intent; the ones "
                           "with intent read routing.intent_threshold; naive offloads a random routing.naive_share; "
-                          "ppl-late judges the full local decode, as the paper's deciding-late baseline)")
+                          "-end judges the end-of-speech pilot, a few ms after the whole input's encode; -late the "
+                          "full local decode, as the paper's deciding-late baseline)")
     run.add_argument("--threshold", type=float, default=None,
                      help="the word check's score x speech seconds above which ppl, bilstm and their +intent "
                           "policies offload: the last pilot's perplexity, or the BiLSTM's P(local WER > 0.1) "

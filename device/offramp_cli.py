@@ -30,9 +30,10 @@ if TYPE_CHECKING:
     from pasu.device.runtime import DeviceModel
 
 DEFAULT_CORPUS = "data/corpus-full"
-# what `pasu offramp train` reports on, in this order (each a key of offramp.json; the _late ones judge the full
-# decode, for the policies that decide after it)
-OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent", "ppl_late", "bilstm_late")
+# what `pasu offramp train` reports on, in this order (each a key of offramp.json; the _end ones judge the
+# end-of-speech pilot, the _late ones the full decode, for the policies that decide on them)
+OFFRAMPS = ("ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent", "ppl_end", "bilstm_end", "ppl_late",
+            "bilstm_late")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Replays the agent over a corpus split (cached), fits the BiLSTM (per-token scores) and the CNN\n"
                     "(encoder output) to predict local WER > --bad-wer (--label wer: the local WER) and the intent\n"
                     "reader on the training sentences, and writes bilstm.pt/.json, bilstm_late.pt/.json (the BiLSTM\n"
-                    "fitted on full decodes, for --policy bilstm-late), cnn.pt/.json, intent_reader.json/.npz and\n"
+                    "fitted on full decodes, for --policy bilstm-late), bilstm_end.pt/.json (on end-of-speech\n"
+                    "pilots, for --policy bilstm-end), cnn.pt/.json, intent_reader.json/.npz and\n"
                     "offramp.json (thresholds) to MODEL/offramp/.",
         epilog="Example: pasu offramp train models/device --limit 150 --cloud-model models/cloud",
         formatter_class=argparse.RawDescriptionHelpFormatter)

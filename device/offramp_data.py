@@ -3,7 +3,8 @@
 For each utterance the agent runs on the virtual clock with a probe policy that never offloads. The probe sees
 exactly the hypothesis an early offloading decision judges (the last pilot's best, or the full decode's when no
 pilot finished), and when; a recorder around the model's search keeps the full decode's best hypothesis (what
-a late decision judges). With the final local answer scored against the reference, this is everything needed
+a late decision judges) and the encoding it searched, on which the end-of-speech pilot is then made and timed
+(what a decision after the encode judges). With the final local answer scored against the reference, this is everything needed
 to train an offramp and to price any policy and threshold without replaying again (Wang & Lin, Sec. 6/7.4).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 from pasu.device.agent import AgentOptions, replay
 from pasu.device.decoding.search import Hypothesis
-from pasu.device.routing import Decision
+from pasu.device.routing import Decision, Judged
 from pasu.device.runtime import DeviceModel
 from pasu.files import write_text_atomic
 from pasu.models.data import Utterance, read_audio
@@ -77,7 +79,15 @@ class OfframpSample:
     early: HypothesisFeatures | None  # what the early decision judged (None: nothing to judge)
     final: HypothesisFeatures | None  # the full local decode's best hypothesis (what a late decision judges)
     pilot_text: str = ""  # the last pilot's transcript, for reading reports
+    # the end-of-speech pilot (BeamSearch.ctc_greedy on the encoding the full decode searched; None: the CTC
+    # heard only blanks, or a replay from before stop 68) and the seconds from end of speech to its decision
+    end: HypothesisFeatures | None = None
+    end_decision_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # stage timings etc.
+
+    def judged(self, judges: Judged) -> HypothesisFeatures | None:
+        """The hypothesis a policy judging `judges` decides on (routing.Judged)."""
+        return {"pilot": self.early, "end": self.end, "final": self.final}[judges]
 
     @property
     def local_wer(self) -> float:
@@ -92,7 +102,7 @@ class _Probe:
     """A policy that records what it is asked to judge and when, and never offloads."""
 
     name = "probe"
-    after_decode = False
+    judges = "pilot"
 
     def __init__(self) -> None:
         self.seen: list[Hypothesis | None] = []
@@ -103,16 +113,21 @@ class _Probe:
 
 
 class _RecordingSearch:
-    """Wraps the model's beam search and keeps the best hypothesis of the last search that finished."""
+    """Wraps the model's beam search and keeps the best hypothesis of the last search that finished, and the
+    encoding it searched."""
 
     def __init__(self, inner: Any):
         self.inner = inner
         self.last: Hypothesis | None = None
+        self.encoded: torch.Tensor | None = None
 
-    def search(self, *args: Any, **kwargs: Any) -> Any:
-        result = self.inner.search(*args, **kwargs)
-        self.last = result.best
+    def search(self, encoded: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        result = self.inner.search(encoded, *args, **kwargs)
+        self.last, self.encoded = result.best, encoded
         return result
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the search (ctc_greedy, token_scores) as it is
+        return getattr(self.inner, name)
 
 
 @contextmanager
@@ -135,20 +150,41 @@ def replay_sample(model: DeviceModel, utterance: Utterance, options: AgentOption
     reference = SluResult(utterance.text, utterance.intent, tuple(utterance.slots or ()))
     local = SluResult(result.text, result.intent, tuple(result.slots))
     early = probe.seen[0] if probe.seen else None
+    searched = recorder.encoded if options.decoder == "pilot" else None  # the ESPnet decoders search elsewhere
+    end, end_seconds = _end_pilot(model, searched)
+    encoded_at = _event_end(result, "encode")
+    end_decision_at = encoded_at + end_seconds if encoded_at is not None and searched is not None else None
     return OfframpSample(
         id=utterance.id, duration=utterance.duration, reference=reference, local=local,
         local_edits=word_edits(reference.text, local.text), ref_words=max(len(reference.text.split()), 1),
         local_latency=result.latency, decision_at=decision_at if decision_at is not None else result.latency,
         pilots=result.pilots, early=HypothesisFeatures.of(early, keep_encoded=True) if early else None,
         final=HypothesisFeatures.of(recorder.last) if recorder.last else None, pilot_text=result.pilot_text,
+        end=HypothesisFeatures.of(end) if end else None, end_decision_at=end_decision_at,
         extra={"timings": result.timings})
+
+
+def _end_pilot(model: DeviceModel, encoded: torch.Tensor | None) -> tuple[Hypothesis | None, float]:
+    """The end-of-speech pilot of the encoding the full decode searched, and the seconds it took (as the agent's
+    `end_pilot` event would: the replay's policy judged the last pilot instead)."""
+    if encoded is None:
+        return None, 0.0
+    start = time.perf_counter()
+    with torch.inference_mode():
+        pilot = model.search.ctc_greedy(encoded)
+    return pilot, time.perf_counter() - start
 
 
 def _decision_time(result: Any) -> float | None:
     """Seconds after end of speech at which the (first) offramp event ended."""
+    return _event_end(result, "offramp")
+
+
+def _event_end(result: Any, kind: str) -> float | None:
+    """Seconds after end of speech at which the agent's first event of `kind` ended."""
     timeline = result.timeline
     for event in timeline.events:
-        if event.kind == "offramp":
+        if event.kind == kind:
             return max(event.end - timeline.end_of_speech, 0.0)
     return None
 
@@ -218,10 +254,11 @@ def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: 
               intent_reader: str | None = None) -> dict[str, Any]:
     """What makes two collections interchangeable: the model, the intent mixture its answers come from
     (`intent_reader`: IntentMixture.digest, the reader's weights and the decoder's share; None: none), the
-    utterances and the agent's settings; `encoded`: the early hypotheses' encoder outputs are kept (caches from
-    before they were have no such key, and are made again)."""
+    utterances and the agent's settings; `encoded`: the early hypotheses' encoder outputs are kept, `end_pilot`:
+    the end-of-speech pilots are (caches from before either have no such key, and are made again)."""
     return {"model": model_id, "intent_reader": intent_reader, "manifest": str(Path(manifest).resolve()),
-            "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str)), "encoded": True}
+            "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str)), "encoded": True,
+            "end_pilot": True}
 
 
 def slu_from_dict(raw: dict[str, Any]) -> SluResult:
@@ -232,7 +269,7 @@ def slu_from_dict(raw: dict[str, Any]) -> SluResult:
 def _sample_to_dict(sample: OfframpSample) -> dict[str, Any]:
     """The sample as JSON holds it: without the encoder output (kept beside, see save_samples)."""
     raw = asdict(sample)
-    for name in ("early", "final"):
+    for name in ("early", "final", "end"):
         if raw[name] is not None:
             raw[name].pop("encoded")
     return raw
@@ -246,4 +283,5 @@ def _features(raw: dict[str, Any] | None) -> HypothesisFeatures | None:
 
 def _sample_from_dict(raw: dict[str, Any]) -> OfframpSample:
     return OfframpSample(**{**raw, "reference": slu_from_dict(raw["reference"]), "local": slu_from_dict(raw["local"]),
-                            "early": _features(raw["early"]), "final": _features(raw["final"])})
+                            "early": _features(raw["early"]), "final": _features(raw["final"]),
+                            "end": _features(raw.get("end"))})

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.offramp_data import BAD_WER, HypothesisFeatures, OfframpSample
+from pasu.device.routing import Judged
 from torch import nn
 
 SCORE_BATCH = 256  # sequences per forward pass when scoring many (calibration, benchmarks)
@@ -93,9 +94,9 @@ class LearnedOfframp:
     config_file: ClassVar[str]
     net_class: ClassVar[type[nn.Module]]  # built from one config_class instance
     config_class: ClassVar[type]
-    # what the network judges and learns from: the last pilot (the early decision), or, late, the full local
-    # decode (the decision after it; replays whose full decode is missing lend their pilot)
-    late: ClassVar[bool] = False
+    # what the network judges and learns from (routing.Judged): the last pilot (the early decision), the
+    # end-of-speech pilot, or the full local decode (the decisions after either)
+    judges: ClassVar[Judged] = "pilot"
 
     def __init__(self, net: nn.Module):
         self.net = net.eval()
@@ -107,8 +108,9 @@ class LearnedOfframp:
 
     @classmethod
     def judged(cls, sample: OfframpSample) -> HypothesisFeatures | None:
-        """The hypothesis of a replay this network judges (`late`); None: the replay has nothing to judge."""
-        return (sample.final or sample.early) if cls.late and sample.early is not None else sample.early
+        """The hypothesis of a replay this network judges (`judges`; replays missing it lend their pilot); None: the
+        replay has nothing to judge."""
+        return (sample.judged(cls.judges) or sample.early) if sample.early is not None else None
 
     @classmethod
     def training_set(cls, samples: Sequence[OfframpSample],

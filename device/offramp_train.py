@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pasu.device import cnn_offramp
-from pasu.device.bilstm_offramp import BiLstmOfframp, LateBiLstmOfframp
+from pasu.device.bilstm_offramp import BiLstmOfframp, EndBiLstmOfframp, LateBiLstmOfframp
 from pasu.device.cnn_offramp import CNN_TRAINING, CnnOfframp
 from pasu.device.calibration import (
     OFFLOAD_LEVELS,
@@ -33,7 +33,7 @@ from pasu.device.intent_offramp import IntentErrorModel, IntentEvidence, IntentM
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions
-from pasu.device.routing import EitherPolicy, PerplexityOfframp, weigh_by_length
+from pasu.device.routing import EitherPolicy, Judged, PerplexityOfframp, weigh_by_length
 from pasu.models.checkpoints import count_parameters
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -65,10 +65,10 @@ class OfframpTrainOptions:
     levels: tuple[tuple[str, float], ...] = tuple(OFFLOAD_LEVELS.items())  # (name, offload ratio) to calibrate
 
 
-def ppl_scores(samples: Sequence[OfframpSample], late: bool = False) -> np.ndarray:
-    """Perplexity of each sample's early (or, `late`, full-decode) hypothesis; inf when there is none."""
+def ppl_scores(samples: Sequence[OfframpSample], judges: Judged = "pilot") -> np.ndarray:
+    """Perplexity of the hypothesis each sample's policy judging `judges` decides on; inf when there is none."""
     offramp = PerplexityOfframp()
-    hyps = [s.final if late else s.early for s in samples]
+    hyps = [s.judged(judges) for s in samples]
     return np.array([offramp.score(h.hypothesis()) if h else np.inf for h in hyps])
 
 
@@ -83,15 +83,18 @@ class TrainedOfframps:
     # the BiLSTM fitted on full decodes, for the decision after one; None: a folder from before stop 65, whose
     # late thresholds were placed on the pilots' network's scores of full decodes (`late_network` then gives that)
     bilstm_late: LateBiLstmOfframp | None = None
+    # the BiLSTM fitted on end-of-speech pilots, for the decision on one; None: a folder from before stop 68
+    bilstm_end: EndBiLstmOfframp | None = None
 
     def late_network(self) -> BiLstmOfframp:
         """The BiLSTM that the decision after the full decode reads."""
         return self.bilstm_late or self.bilstm
 
     def save(self, folder: str | Path) -> Path:
-        """bilstm.pt + bilstm.json, bilstm_late.*, cnn.* (the networks), intent_errors.json and offramp.json."""
+        """bilstm.pt + bilstm.json, bilstm_late.*, bilstm_end.*, cnn.* (the networks), intent_errors.json and
+        offramp.json."""
         folder = self.bilstm.save(folder)
-        for part in (self.bilstm_late, self.cnn, self.intent):
+        for part in (self.bilstm_late, self.bilstm_end, self.cnn, self.intent):
             if part is not None:
                 part.save(folder)
         (folder / THRESHOLDS).write_text(json.dumps(self.report, indent=2))
@@ -165,6 +168,10 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     # the decision after the full decode gets a network of its own, fitted on full decodes
     bilstm_late, oof_late = _fit_learned(LateBiLstmOfframp, LateBiLstmOfframp.train, options.bilstm, fit, kept,
                                          options)
+    # and so does the decision on the end-of-speech pilot, where the replays made them (from stop 68 on)
+    with_end = all(s.end_decision_at is not None for s in fit)
+    bilstm_end, oof_end = _fit_learned(EndBiLstmOfframp, EndBiLstmOfframp.train, options.bilstm, fit, kept,
+                                       options) if with_end else (None, None)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
     def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
@@ -177,10 +184,14 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         "bilstm": {**_network_facts(bilstm, options.bilstm, fit), **calibrated("BiLSTM", oof)},
         "ppl": calibrated("PPL", ppl),
         # the late decisions judge the full decode, whose scores sit elsewhere: their own thresholds
-        "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, late=True)),
+        "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, "final")),
         "bilstm_late": {**_network_facts(bilstm_late, options.bilstm, fit),
                         **calibrated("BiLSTM (full decode)", oof_late)},
     }
+    if bilstm_end is not None:
+        report["ppl_end"] = calibrated("PPL (end-of-speech pilot)", ppl_scores(kept, "end"))
+        report["bilstm_end"] = {**_network_facts(bilstm_end, options.bilstm, fit),
+                                **calibrated("BiLSTM (end-of-speech pilot)", oof_end)}
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
         cnn_options = replace(options.cnn, bad_wer=bad_wer, label=options.bilstm.label)
@@ -205,7 +216,7 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
                                                                        options.levels, cloud_edits, bad_wer)}
     if cloud_edits is not None:
         report["yardsticks"] = yardsticks(kept, cloud_edits, bad_wer)
-    return TrainedOfframps(bilstm, report, cnn, intent_model, bilstm_late)
+    return TrainedOfframps(bilstm, report, cnn, intent_model, bilstm_late, bilstm_end)
 
 
 def _fit_intent(evidence: Callable[[OfframpSample], Evidence], fit: Sequence[OfframpSample],
@@ -278,13 +289,22 @@ def load_offramps(folder: str | Path) -> TrainedOfframps:
     cnn = CnnOfframp.load(folder) if CnnOfframp.exists(folder) else None
     intent = IntentErrorModel.load(folder) if IntentErrorModel.exists(folder) else None
     late = LateBiLstmOfframp.load(folder) if LateBiLstmOfframp.exists(folder) else None
-    return TrainedOfframps(BiLstmOfframp.load(folder), report, cnn, intent, late)
+    end = EndBiLstmOfframp.load(folder) if EndBiLstmOfframp.exists(folder) else None
+    return TrainedOfframps(BiLstmOfframp.load(folder), report, cnn, intent, late, end)
 
 
-def load_bilstm(folder: str | Path, late: bool = False) -> BiLstmOfframp:
-    """The BiLSTM of an offramp folder that a policy reads; `late`: the one fitted on full decodes, where the folder
-    has one (else the pilots' one, on whose scores of full decodes older folders placed the late thresholds)."""
-    return LateBiLstmOfframp.load(folder) if late and LateBiLstmOfframp.exists(folder) else BiLstmOfframp.load(folder)
+def load_bilstm(folder: str | Path, judges: Judged = "pilot") -> BiLstmOfframp:
+    """The BiLSTM of an offramp folder that a policy judging `judges` reads: the one fitted on full decodes for
+    "final", where the folder has one (else the pilots' one, on whose scores of full decodes older folders placed
+    the late thresholds); the one fitted on end-of-speech pilots for "end" (FileNotFoundError without one)."""
+    if judges == "end":
+        if not EndBiLstmOfframp.exists(folder):
+            raise FileNotFoundError(f"{folder}: no {EndBiLstmOfframp.weights_file}; run `pasu offramp train` again "
+                                    "for the bilstm-end policy")
+        return EndBiLstmOfframp.load(folder)
+    if judges == "final" and LateBiLstmOfframp.exists(folder):
+        return LateBiLstmOfframp.load(folder)
+    return BiLstmOfframp.load(folder)
 
 
 def load_device_model(folder: str | Path, offramp_folder: str | Path | None = None) -> DeviceModel:
@@ -326,7 +346,7 @@ def model_policy(routing: RoutingOptions, model: DeviceModel, folder: str | Path
     thresholds left unset at its calibrated `level` (`calibrated_routing`); the policies with the intent check
     read the model's intent reader, the bilstm ones its BiLSTM (FileNotFoundError without them)."""
     routing = calibrated_routing(routing, folder)
-    bilstm = load_bilstm(folder, routing.decides_late) if routing.word_check == "bilstm" else None
+    bilstm = load_bilstm(folder, routing.judges) if routing.word_check == "bilstm" else None
     return routing.make_policy(intent_offramp(model, folder) if routing.reads_intent else None, bilstm)
 
 
@@ -370,8 +390,8 @@ def load_thresholds(folder: str | Path) -> dict[str, Any]:
 
 
 def threshold(report: dict[str, Any], offramp: str, level: str) -> float:
-    """A calibrated threshold: offramp "ppl", "bilstm", "ppl_late", "bilstm_late", "intent", "ppl_intent" or
-    "bilstm_intent", level "L"/"M"/"H"."""
+    """A calibrated threshold: offramp "ppl", "bilstm", "ppl_end", "bilstm_end", "ppl_late", "bilstm_late",
+    "intent", "ppl_intent" or "bilstm_intent", level "L"/"M"/"H"."""
     return float(report[offramp]["levels"][level]["threshold"])
 
 

@@ -1,7 +1,8 @@
 """Where an utterance is finished: on the device or in the cloud (Wang & Lin, Sec. 5).
 
 A policy decides at end of speech from the last pilot's best hypothesis (the earliest moment offloading can
-pay off), or, for the late-decision baseline, from the full local decode's. Offramps score a hypothesis
+pay off), a few milliseconds later from the end-of-speech pilot (the CTC's best path over the whole input, which
+the local path encodes anyway), or, for the late-decision baseline, from the full local decode's. Offramps score a hypothesis
 (higher: less likely right); a threshold turns the score into a decision.
 
 The offramp policy weighs the score by the speech's length (`weigh_by_length`): a WER target is a corpus WER,
@@ -28,6 +29,9 @@ from pasu.device.cloud_client import ClientTls, Encoding
 from pasu.device.decoding.search import Hypothesis
 
 ScoreLike = TypeVar("ScoreLike", float, np.ndarray)  # one score, or many at once (calibration, benchmarks)
+# which hypothesis a policy judges: the last pilot's (at end of speech), the end-of-speech pilot's (after the whole
+# input's encode: BeamSearch.ctc_greedy), or the full local decode's (after it)
+Judged = Literal["pilot", "end", "final"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Decision:
 
 class Policy(Protocol):
     name: str
-    after_decode: bool  # decide on the full local decode's hypothesis instead of the last pilot's
+    judges: Judged  # the hypothesis the policy decides on
 
     def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision: ...
 
@@ -68,7 +72,7 @@ def weigh_by_length(score: ScoreLike, speech_seconds: ScoreLike) -> ScoreLike:
 @dataclass(frozen=True)
 class OnDevice:
     name: str = "OnDevice"
-    after_decode: bool = False
+    judges: Judged = "pilot"
 
     def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
         return Decision(False, None, "on-device policy")
@@ -77,7 +81,7 @@ class OnDevice:
 @dataclass(frozen=True)
 class AllOffload:
     name: str = "AllOffload"
-    after_decode: bool = False
+    judges: Judged = "pilot"
 
     def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
         return Decision(True, None, "all-offload policy")
@@ -86,7 +90,7 @@ class AllOffload:
 class NaiveHybrid:
     """Offloads each utterance with a fixed probability, whatever the device thinks."""
 
-    after_decode = False
+    judges: Judged = "pilot"
 
     def __init__(self, probability: float, seed: int = 0):
         self.probability = probability
@@ -105,7 +109,7 @@ class OfframpPolicy:
     offramp: Offramp
     threshold: float  # in the offramp's units times seconds (not length_weighted: the offramp's own units)
     name: str = "Ours-PPL"
-    after_decode: bool = False
+    judges: Judged = "pilot"
     # False: the offramp's score as it is, whatever the utterance's length (the paper's rule; an intent check)
     length_weighted: bool = True
 
@@ -131,7 +135,7 @@ class EitherPolicy:
     parts: tuple[OfframpPolicy, ...]  # each at the threshold that counts as 1
     threshold: float = 1.0
     name: str = "Ours-PPL+Intent"
-    after_decode: bool = False
+    judges: Judged = "pilot"
 
     def score(self, hypothesis: Hypothesis, speech_seconds: float) -> float:
         """What is compared with the threshold."""
@@ -164,12 +168,14 @@ def intent_policy(offramp: Offramp, threshold: float, name: str = "Ours-Intent")
     return OfframpPolicy(offramp, threshold, name, length_weighted=False)
 
 
-PolicyName = Literal["on-device", "all", "naive", "ppl", "ppl-late", "bilstm", "bilstm-late", "intent",
-                     "ppl+intent", "bilstm+intent"]
+PolicyName = Literal["on-device", "all", "naive", "ppl", "ppl-end", "ppl-late", "bilstm", "bilstm-end",
+                     "bilstm-late", "intent", "ppl+intent", "bilstm+intent"]
 OffloadLevel = Literal["L", "M", "H"]  # the paper's Offload-L / -M / -H (calibration.OFFLOAD_LEVELS)
-# the parts of a policy that check the words, with their design names; "-late": on the full local decode
-WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM", "ppl-late": "Late-PPL", "bilstm-late": "Late-BiLSTM"}
-LATE = "-late"
+# the parts of a policy that check the words, with their design names; "-end": on the end-of-speech pilot,
+# "-late": on the full local decode
+WORD_CHECKS = {"ppl": "Ours-PPL", "bilstm": "Ours-BiLSTM", "ppl-end": "End-PPL", "bilstm-end": "End-BiLSTM",
+               "ppl-late": "Late-PPL", "bilstm-late": "Late-BiLSTM"}
+JUDGED_BY_SUFFIX: dict[str, Judged] = {"-end": "end", "-late": "final"}  # no suffix: the last pilot
 
 
 @dataclass(frozen=True)
@@ -178,10 +184,11 @@ class RoutingOptions:
 
     cloud: tuple[str, ...] = ()  # cloud server addresses (host:port; several: replicas, round robin); (): local
     # with a cloud: on-device (never offload), all (always), naive (a random naive_share, NaiveHybrid), ppl or
-    # bilstm (the word check above threshold), ppl-late (perplexity of the full local decode, not of the last
-    # pilot: the paper's deciding-late baseline, which offloads only after decoding), bilstm-late (a BiLSTM
-    # fitted on full local decodes, judging the full decode: the most selective of them, at the wait for that
-    # decode), intent (above intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they
+    # bilstm (the word check above threshold), ppl-end or bilstm-end (the word check of the end-of-speech pilot,
+    # a few ms after end of speech: BeamSearch.ctc_greedy on the whole input's encoding), ppl-late (perplexity of
+    # the full local decode, not of the last pilot: the paper's deciding-late baseline, which offloads only after
+    # decoding), bilstm-late (a BiLSTM fitted on full local decodes, judging the full decode: the most selective of
+    # them, at the wait for that decode), intent (above intent_threshold), ppl+intent or bilstm+intent (above either: at Offload-M they
     # offload less than the word check alone and lose less intent accuracy against offloading everything; the
     # latest `pasu bench hybrid` numbers are in README.md)
     policy: PolicyName = "ppl+intent"
@@ -217,7 +224,7 @@ class RoutingOptions:
         self._check_thresholds()
         words = self._word_offramp(bilstm)
         if self.policy in WORD_CHECKS:
-            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy], after_decode=self.decides_late)
+            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy], judges=self.judges)
         if intent is None:
             raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
                              "`pasu offramp train`)")
@@ -235,18 +242,19 @@ class RoutingOptions:
 
     @property
     def word_part(self) -> str | None:
-        """The part of the named policy that checks the words ("ppl", "ppl-late", "bilstm"), or None."""
+        """The part of the named policy that checks the words ("ppl", "ppl-end", "bilstm-late", ...), or None."""
         return next((part for part in self.policy.split("+") if part in WORD_CHECKS), None)
 
     @property
-    def decides_late(self) -> bool:
-        """Whether the word check judges the full local decode (ppl-late, bilstm-late), not the last pilot."""
-        return bool(self.word_part and self.word_part.endswith(LATE))
+    def judges(self) -> Judged:
+        """The hypothesis the named policy's word check judges (the last pilot's for the other policies)."""
+        suffix = next((s for s in JUDGED_BY_SUFFIX if self.word_part and self.word_part.endswith(s)), None)
+        return JUDGED_BY_SUFFIX[suffix] if suffix else "pilot"
 
     @property
     def word_check(self) -> str | None:
         """The word-error offramp the named policy reads ("ppl", "bilstm"), or None."""
-        return self.word_part.removesuffix(LATE) if self.word_part else None
+        return self.word_part.split("-")[0] if self.word_part else None
 
     def _check_thresholds(self) -> None:
         """ValueError naming each threshold the policy reads that is still unset."""

@@ -254,9 +254,12 @@ def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOff
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
     all_offload = run_policy(AllOffload(), samples, calls)
     designs = [on_device, all_offload]
-    late_bilstm = Scorer("Late-BiLSTM", offramps.late_network(), late=True)
-    scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm),
-               "ppl_late": Scorer("Late-PPL", ppl, late=True)}
+    late_bilstm = Scorer("Late-BiLSTM", offramps.late_network(), judges="final")
+    scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm)}
+    if offramps.bilstm_end is not None and "ppl_end" in report and all(s.end_decision_at is not None for s in samples):
+        scorers["ppl_end"] = Scorer("End-PPL", ppl, judges="end")  # folders and replays from before stop 68: none
+        scorers["bilstm_end"] = Scorer("End-BiLSTM", offramps.bilstm_end, judges="end")
+    scorers["ppl_late"] = Scorer("Late-PPL", ppl, judges="final")
     if "bilstm_late" in report:  # calibrations from before stop 64 have none: then Table 5 alone prices it
         scorers["bilstm_late"] = late_bilstm
     if cnn is not None and "cnn" in report:

@@ -7,6 +7,7 @@ recombination of them, decided by the real policy objects of pasu.device.routing
 
 - kept local: the local answer, at the local latency;
 - offloaded at end of speech (early): the cloud's answer, at decision time + round trip;
+- offloaded on the end-of-speech pilot: the cloud's answer, at that pilot's decision time + round trip;
 - offloaded after the full local decode (late): the cloud's answer, at local latency + round trip;
 - offloaded but the cloud failed (deadline, ...): the local answer, at local latency + the failed round trip.
 """
@@ -27,7 +28,7 @@ from pasu.device.calibration import (
 )
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.offramp_data import OfframpSample
-from pasu.device.routing import EitherPolicy, Offramp, OfframpPolicy, Policy
+from pasu.device.routing import EitherPolicy, Judged, Offramp, OfframpPolicy, Policy
 from pasu.metrics import LatencyStats, SluResult, evaluate_slu, mean_rtf, word_edits
 
 
@@ -77,16 +78,21 @@ class Outcome:
     other_offloaded: float | None = None
 
 
-def hypotheses(samples: Sequence[OfframpSample], late: bool) -> list[Hypothesis | None]:
-    """What a policy judges for each utterance: the early decision's hypothesis, or the full decode's."""
-    features = [s.final if late else s.early for s in samples]
-    return [f.hypothesis() if f else None for f in features]
+def hypotheses(samples: Sequence[OfframpSample], judges: Judged) -> list[Hypothesis | None]:
+    """What a policy judges for each utterance: the early decision's hypothesis, the end-of-speech pilot, or the
+    full decode's."""
+    return [f.hypothesis() if (f := s.judged(judges)) else None for s in samples]
+
+
+def decision_seconds(sample: OfframpSample, judges: Judged) -> float:
+    """Seconds from end of speech until a policy judging `judges` has decided (the round trip starts there)."""
+    return {"pilot": sample.decision_at, "end": sample.end_decision_at, "final": sample.local_latency}[judges]
 
 
 def decide(policy: Policy, samples: Sequence[OfframpSample]) -> tuple[np.ndarray, np.ndarray]:
     """Per utterance: does `policy` offload, and how long did deciding take (seconds)."""
     offload, cost = [], []
-    for hypothesis, sample in zip(hypotheses(samples, policy.after_decode), samples):
+    for hypothesis, sample in zip(hypotheses(samples, policy.judges), samples):
         start = time.perf_counter()
         offload.append(policy.decide(hypothesis, sample.duration).offload)
         cost.append(time.perf_counter() - start)
@@ -94,7 +100,7 @@ def decide(policy: Policy, samples: Sequence[OfframpSample]) -> tuple[np.ndarray
 
 
 def combine(name: str, samples: Sequence[OfframpSample], calls: Sequence[CloudCall], offload: np.ndarray,
-            late: bool, cost: np.ndarray, threshold: float | None = None) -> Outcome:
+            judges: Judged, cost: np.ndarray, threshold: float | None = None) -> Outcome:
     """Answers and latencies when `offload` marks what went to the cloud (see the module doc)."""
     answers, latencies, fallbacks = [], [], 0
     for sample, call, off, spent in zip(samples, calls, offload, cost):
@@ -103,7 +109,7 @@ def combine(name: str, samples: Sequence[OfframpSample], calls: Sequence[CloudCa
             latencies.append(sample.local_latency + spent)
         elif call.ok:
             answers.append(call.result)
-            latencies.append((sample.local_latency if late else sample.decision_at) + spent + call.latency)
+            latencies.append(decision_seconds(sample, judges) + spent + call.latency)
         else:
             fallbacks += 1
             answers.append(sample.local)
@@ -123,7 +129,7 @@ def _share(offloaded: np.ndarray) -> float | None:
 def run_policy(policy: Policy, samples: Sequence[OfframpSample], calls: Sequence[CloudCall],
                threshold: float | None = None) -> Outcome:
     offload, cost = decide(policy, samples)
-    return combine(policy.name, samples, calls, offload, policy.after_decode, cost, threshold)
+    return combine(policy.name, samples, calls, offload, policy.judges, cost, threshold)
 
 
 def naive_expected(p: float, on_device: Outcome, all_offload: Outcome, edits: tuple[float, float, float]) -> Outcome:
@@ -146,15 +152,15 @@ def edit_totals(samples: Sequence[OfframpSample], calls: Sequence[CloudCall]) ->
 
 @dataclass(frozen=True)
 class Scorer:
-    """An offramp as the bench tunes it: how it scores, and whether it judges the full decode."""
+    """An offramp as the bench tunes it: how it scores, and which hypothesis it judges."""
 
     name: str  # row label, e.g. "Ours-PPL"
     offramp: Offramp
-    late: bool = False
+    judges: Judged = "pilot"
     length_weighted: bool = True  # False: the score as it is (routing.OfframpPolicy)
 
     def policy(self, threshold: float) -> OfframpPolicy:
-        return OfframpPolicy(self.offramp, threshold, self.name, self.late, self.length_weighted)
+        return OfframpPolicy(self.offramp, threshold, self.name, self.judges, self.length_weighted)
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,7 @@ class EitherScorer:
 
     name: str  # row label, e.g. "Ours-PPL+Intent"
     parts: tuple[tuple[Scorer, float], ...]  # (scorer, its threshold at which it counts as 1)
-    late: bool = False
+    judges: Judged = "pilot"
 
     def policy(self, threshold: float) -> EitherPolicy:
         return EitherPolicy(tuple(scorer.policy(scale) for scorer, scale in self.parts), threshold, self.name)
@@ -184,7 +190,7 @@ def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers
         for scorer in scorers:
             scoring = scorer.policy(threshold=np.inf)  # only its scores are read
             scores = [scoring.score(h, s.duration) if h else np.inf
-                      for h, s in zip(hypotheses(samples, scorer.late), samples)]
+                      for h, s in zip(hypotheses(samples, scorer.judges), samples)]
             cal = for_wer(offload_curve(scores, local, cloud, words), target)
             row[scorer.name] = run_policy(scorer.policy(cal.threshold), samples, calls, cal.threshold) if cal else None
         table[f"{target:.4f}"] = row
@@ -198,15 +204,17 @@ def target_checks(table: dict[str, dict[str, Outcome | None]], designs: dict[str
     Each check is True, False, or None where a design is missing; plain bools (the outcomes hold numpy floats,
     whose comparisons give numpy bools, which JSON cannot write)."""
     checks: list[tuple[str, bool | None]] = []
+    # the designs deciding at end of speech: on the last pilot, and on the end-of-speech pilot where priced
+    early = ["Ours-PPL", "Ours-BiLSTM", *(n for n in ("End-PPL", "End-BiLSTM") if any(n in r for r in table.values()))]
     for target, row in table.items():
         naive = row.get("NaiveHybrid")
-        for name in ("Ours-PPL", "Ours-BiLSTM"):
+        for name in early:
             ours = row.get(name)
             ok = None if naive is None or ours is None else bool(
                 ours.offload_ratio <= ratio * naive.offload_ratio + 1e-12)
             checks.append((f"WER {target}: {name} offloads <= {ratio}x NaiveHybrid", ok))
-    offload_m = [name for name in designs if name.startswith("Ours-") and name.endswith("-M")]
-    for name in offload_m or ["Ours-PPL-M"]:  # every early-deciding offramp at Offload-M
+    offload_m = [name for name in designs if name.startswith(("Ours-", "End-")) and name.endswith("-M")]
+    for name in offload_m or ["Ours-PPL-M"]:  # every offramp deciding at end of speech, at Offload-M
         m = designs.get(name)
         checks.append((f"{name}: mean latency <= 0.75x AllOffload",
                        None if m is None else bool(m.mean_latency <= 0.75 * all_offload.mean_latency)))

@@ -33,22 +33,25 @@ def sample(i: int, bad: bool, encoder_size: int | None = None) -> OfframpSample:
         encoded = (np.random.default_rng(i).normal(size=(12, encoder_size)) * (3 if bad else 1)).astype(np.float16)
     features = HypothesisFeatures((1, 2, 3), att, att, True, encoded)
     return OfframpSample(f"u{i}", 2.0, REF, WRONG if bad else REF, 5 if bad else 0, 5, local_latency=0.2,
-                         decision_at=0.01, pilots=1, early=features, final=features)
+                         decision_at=0.01, pilots=1, early=features, final=features, end=features,
+                         end_decision_at=0.03)
 
 
 def test_routes_are_priced_as_the_agent_would_take_them():
     samples = [sample(0, True), sample(1, True), sample(2, False)]
     calls = [CloudCall(True, 0.1, REF), CloudCall(False, 0.5, None, "deadline"), CloudCall(True, 0.1, REF)]
     offload, cost = np.array([True, True, False]), np.zeros(3)
-    early = combine("early", samples, calls, offload, late=False, cost=cost)
-    late = combine("late", samples, calls, offload, late=True, cost=cost)
+    early = combine("early", samples, calls, offload, "pilot", cost=cost)
+    end = combine("end", samples, calls, offload, "end", cost=cost)
+    late = combine("late", samples, calls, offload, "final", cost=cost)
     assert early.offload_ratio == pytest.approx(2 / 3) and early.fallbacks == 1
     assert early.wer == pytest.approx(5 / 15)  # the failed offload falls back to the wrong local answer
     assert early.mean_latency == pytest.approx(((0.01 + 0.1) + (0.2 + 0.5) + 0.2) / 3)
+    assert end.mean_latency == pytest.approx(((0.03 + 0.1) + (0.2 + 0.5) + 0.2) / 3)  # after the end pilot
     assert late.mean_latency == pytest.approx(((0.2 + 0.1) + (0.2 + 0.5) + 0.2) / 3)
     # Fig. 6's selectivity: both utterances the device got wrong went to the cloud, none of the one it got right
     assert (early.target_offloaded, early.other_offloaded) == (1.0, 0.0)
-    assert combine("none", samples[:2], calls[:2], offload[:2], False, cost[:2]).other_offloaded is None
+    assert combine("none", samples[:2], calls[:2], offload[:2], "pilot", cost[:2]).other_offloaded is None
 
 
 def test_naive_hybrid_offloads_either_kind_by_chance():
@@ -105,13 +108,16 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     assert {"Ours-PPL-M", "Ours-BiLSTM-M", "Ours-CNN-M", "Late-PPL-M", "Ours-Intent-M", "Ours-PPL+Intent-M",
             "Ours-BiLSTM+Intent-M"} <= designs.keys()
     assert {"Late-BiLSTM-L", "Late-BiLSTM-M", "Late-BiLSTM-H"} <= designs.keys()  # the BiLSTM on the full decode
+    assert {"End-PPL-M", "End-BiLSTM-M"} <= designs.keys()  # on the end-of-speech pilot
+    assert any(c["check"].startswith("End-PPL-M: mean latency") for c in result["checks"])
     # the untrained device and cloud are equally wrong here, so Table 5 has no WER target: price it where the
     # cloud is right; a calibration from before bilstm_late prices the late BiLSTM in Table 5 alone
-    old = replace(trained, report={k: v for k, v in trained.report.items() if k != "bilstm_late"}, bilstm_late=None)
+    old = replace(trained, report={k: v for k, v in trained.report.items() if k not in ("bilstm_late", "ppl_end")},
+                  bilstm_late=None, bilstm_end=None)
     priced = evaluate_profile([sample(i, i % 4 == 0, width) for i in range(8)], [CloudCall(True, 0.1, REF)] * 8,
                               old, intent)
     assert priced["table5"] and all({"Ours-CNN", "Late-BiLSTM"} <= row.keys() for row in priced["table5"].values())
-    assert not any(d["design"].startswith("Late-BiLSTM") for d in priced["designs"])
+    assert not any(d["design"].startswith(("Late-BiLSTM", "End-")) for d in priced["designs"])
     for name in ("Ours-Intent-M", "Ours-PPL+Intent-M", "Ours-BiLSTM+Intent-M"):
         assert any(c["check"].startswith(f"{name}: intent accuracy") for c in result["checks"])
     assert len(result["naive_line"]) == 11 and result["cloud_failures"] == 0

@@ -216,3 +216,30 @@ def test_the_late_policy_judges_the_full_decode_and_the_early_one_the_last_pilot
 
     assert stages("ppl") == ["offramp", "decode"]
     assert stages("ppl-late") == ["decode", "offramp"]
+
+
+def test_the_end_policy_judges_the_end_of_speech_pilot_and_decodes_on_the_same_encoding(tiny_model, speech_like, cloud):
+    """ppl-end decides after the whole input's encode, on the CTC's best path over it, and offloads from there."""
+    from pasu.device.routing import RoutingOptions
+
+    _, client = cloud
+    wave = speech_like(2.6, seed=11)
+    judged = []
+
+    class Recording(OfframpPolicy):
+        def decide(self, hypothesis, speech_seconds):
+            judged.append(hypothesis)
+            return super().decide(hypothesis, speech_seconds)
+
+    kept = replay(tiny_model, wave, AgentOptions(), Recording(PerplexityOfframp(), 1e9, "End-PPL", judges="end"))
+    assert kept.route == "local" and kept.pilots > 0
+    kinds = [e.kind for e in kept.timeline.events if e.kind in ("encode", "end_pilot", "offramp", "decode")]
+    assert kinds == ["encode", "end_pilot", "offramp", "decode"]  # one encode serves the pilot and the decode
+    ended = tiny_model.open_stream()
+    ended.accept(wave)
+    expected = tiny_model.search.ctc_greedy(ended.encode())
+    assert judged[0].tokens == expected.tokens and judged[0].ended  # the whole input's pilot, not the last one
+    sent = replay(tiny_model, wave, AgentOptions(), RoutingOptions(policy="ppl-end", threshold=0.0).make_policy(),
+                  client)
+    assert sent.route == "cloud" and "End-PPL score" in sent.reason
+    assert [e.kind for e in sent.timeline.events if e.kind in ("end_pilot", "cloud", "decode")] == ["end_pilot", "cloud"]

@@ -46,6 +46,25 @@ def test_samples_hold_the_pilot_for_the_early_decision_and_the_full_decode_for_t
     audio = sf.read(tmp_path / "u0.flac", dtype="float32")[0]
     assert long.local.text == replay(tiny_model, audio, AgentOptions()).text
     assert long.ref_words == 5 and long.local_edits >= 0 and long.bad() == (long.local_wer > 0.1)
+    # the end-of-speech pilot: the CTC's best path over the whole input, decided on after the encode
+    with torch.no_grad():
+        whole = tiny_model.search.ctc_greedy(stream.encode())
+    assert long.end.tokens == whole.tokens and long.judged("end") == long.end
+    assert long.decision_at < long.end_decision_at < long.local_latency
+
+
+def test_replays_from_before_the_end_of_speech_pilots_still_load(tiny_model, speech_like, tmp_path):
+    import json
+
+    samples = collect(tiny_model, utterances(tmp_path, speech_like)[1:])
+    save_samples(tmp_path / "old.jsonl", samples, {})
+    header, *rows = (tmp_path / "old.jsonl").read_text().splitlines()
+    rows = [json.dumps({k: v for k, v in json.loads(r).items() if k not in ("end", "end_decision_at")}) for r in rows]
+    (tmp_path / "old.jsonl").write_text("\n".join([header, *rows]) + "\n")
+    old = load_samples(tmp_path / "old.jsonl")
+    assert old[0].end is None and old[0].end_decision_at is None and old[0].final == samples[0].final
+    key = cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", ["u1"], AgentOptions())
+    assert key["end_pilot"]  # what a cache made before them lacks: it is made again
 
 
 def test_the_cache_round_trips_and_is_ignored_for_another_key(tiny_model, speech_like, tmp_path):

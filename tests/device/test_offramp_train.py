@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from pasu.device.bilstm_offramp import BiLstmOfframp, LateBiLstmOfframp, token_features
+from pasu.device.bilstm_offramp import BiLstmOfframp, EndBiLstmOfframp, LateBiLstmOfframp, token_features
 from pasu.device.offramp_net import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
@@ -83,13 +83,35 @@ def test_the_late_bilstm_is_fitted_on_the_full_decodes(tmp_path):
     assert report["bilstm"]["selectivity"]["roc_auc"] < 0.7  # the pilots say nothing
     assert report["bilstm_late"]["parameters"] == report["bilstm"]["parameters"]  # the same network, refitted
     folder = trained.save(tmp_path / "offramp")
-    late = load_bilstm(folder, late=True)
+    late = load_bilstm(folder, "final")
     assert isinstance(late, LateBiLstmOfframp) and isinstance(load_offramps(folder).late_network(), LateBiLstmOfframp)
     finals = [s.final.hypothesis() for s in samples[:4]]
     assert [late.score(h) for h in finals] == pytest.approx([trained.bilstm_late.score(h) for h in finals])
     # a folder from before the late network: the late decision reads the pilots' network, as it was calibrated
     (folder / LateBiLstmOfframp.weights_file).unlink()
-    assert type(load_bilstm(folder, late=True)) is BiLstmOfframp and load_offramps(folder).bilstm_late is None
+    assert type(load_bilstm(folder, "final")) is BiLstmOfframp and load_offramps(folder).bilstm_late is None
+
+
+def test_the_end_bilstm_is_fitted_on_the_end_of_speech_pilots(tmp_path):
+    blank = HypothesisFeatures((1, 2, 3), (-0.1, -0.1, -0.1, -0.1), (-0.2, -0.2, -0.2), True)
+    # only the end-of-speech pilot tells the bad replays apart
+    samples = [dataclasses.replace(s, early=blank, final=blank, end=s.final, end_decision_at=0.01) for s in split()]
+    trained = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=15), folds=3), [0] * 60)
+    report = trained.report
+    assert report["bilstm_end"]["selectivity"]["roc_auc"] > 0.9  # out of fold, on the end-of-speech pilots
+    assert report["bilstm_late"]["selectivity"]["roc_auc"] < 0.7  # the full decodes say nothing
+    assert report["ppl_end"]["selectivity"]["roc_auc"] > 0.9  # the end pilots' perplexity, calibrated apart
+    folder = trained.save(tmp_path / "offramp")
+    end = load_bilstm(folder, "end")
+    assert isinstance(end, EndBiLstmOfframp) and isinstance(load_offramps(folder).bilstm_end, EndBiLstmOfframp)
+    ends = [s.end.hypothesis() for s in samples[:4]]
+    assert [end.score(h) for h in ends] == pytest.approx([trained.bilstm_end.score(h) for h in ends])
+    (folder / EndBiLstmOfframp.weights_file).unlink()  # a folder from before the end network: no guess
+    with pytest.raises(FileNotFoundError, match="bilstm-end"):
+        load_bilstm(folder, "end")
+    # replays from before the end-of-speech pilots: nothing to fit it on, nor to calibrate
+    older = fit_offramps(split(), OfframpTrainOptions(bilstm=TrainOptions(epochs=2), folds=3), [0] * 60)
+    assert older.bilstm_end is None and not {"ppl_end", "bilstm_end"} & older.report.keys()
 
 
 def test_the_cnn_is_fitted_and_calibrated_where_the_replays_kept_encoder_outputs(tmp_path):

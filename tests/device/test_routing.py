@@ -27,7 +27,8 @@ def test_policy_names():
 
 
 def test_the_papers_baselines_by_name():
-    """naive: NaiveHybrid at naive_share; ppl-late: perplexity judged on the full local decode (after_decode)."""
+    """naive: NaiveHybrid at naive_share; ppl-late: perplexity judged on the full local decode; ppl-end: on the
+    end-of-speech pilot."""
     naive = RoutingOptions(policy="naive", naive_share=0.3).make_policy()
     assert isinstance(naive, NaiveHybrid) and naive.probability == 0.3
     draws = [naive.decide(None, 2.0).offload for _ in range(2000)]
@@ -35,13 +36,18 @@ def test_the_papers_baselines_by_name():
     with pytest.raises(ValueError, match="naive_share 1.5"):
         RoutingOptions(policy="naive", naive_share=1.5).make_policy()
     late = RoutingOptions(policy="ppl-late", threshold=3.0).make_policy()
-    assert late.after_decode and late.name == "Late-PPL" and isinstance(late.offramp, PerplexityOfframp)
-    assert not RoutingOptions(policy="ppl", threshold=3.0).make_policy().after_decode
+    assert late.judges == "final" and late.name == "Late-PPL" and isinstance(late.offramp, PerplexityOfframp)
+    assert RoutingOptions(policy="ppl", threshold=3.0).make_policy().judges == "pilot"
+    end = RoutingOptions(policy="ppl-end", threshold=3.0).make_policy()
+    assert end.judges == "end" and end.name == "End-PPL" and isinstance(end.offramp, PerplexityOfframp)
     with pytest.raises(ValueError, match=r"routing\.threshold"):
         RoutingOptions(policy="ppl-late").make_policy()
     bilstm = object()  # the model's BiLSTM offramp
     late_bilstm = RoutingOptions(policy="bilstm-late", threshold=0.4).make_policy(bilstm=bilstm)
-    assert late_bilstm.after_decode and late_bilstm.name == "Late-BiLSTM" and late_bilstm.offramp is bilstm
+    assert late_bilstm.judges == "final" and late_bilstm.name == "Late-BiLSTM" and late_bilstm.offramp is bilstm
+    end_bilstm = RoutingOptions(policy="bilstm-end", threshold=0.4).make_policy(bilstm=bilstm)
+    assert end_bilstm.judges == "end" and end_bilstm.name == "End-BiLSTM" and end_bilstm.offramp is bilstm
+    assert RoutingOptions(policy="bilstm+intent").judges == "pilot"  # the pair judges the last pilot
     with pytest.raises(ValueError, match="needs the model's BiLSTM offramp"):
         RoutingOptions(policy="bilstm-late", threshold=0.4).make_policy()
 
