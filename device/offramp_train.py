@@ -33,7 +33,14 @@ from pasu.device.intent_offramp import IntentErrorModel, IntentEvidence, IntentM
 from pasu.models.intent_reader import READER_FILES, IntentReader
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions
-from pasu.device.routing import EitherPolicy, Judged, PerplexityOfframp, weigh_by_length
+from pasu.device.routing import (
+    EitherPolicy,
+    Judged,
+    perplexity_offramp,
+    weigh,
+    weigh_by_length,
+    weighing_for,
+)
 from pasu.models.checkpoints import count_parameters
 from pasu.metrics import SluResult
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -51,8 +58,10 @@ THRESHOLDS = "offramp.json"
 # Units of the thresholds in offramp.json; older reports are refused, as their thresholds would mean something
 # else to the policy. 1: per hypothesis; 2: PPL and BiLSTM weighed by speech seconds; 3: the intent check too;
 # 4: the intent check judges the decoder/reader mixture (intent_offramp.IntentMixture), and replays answer with it;
-# 5: the intent check is a fitted P(intent wrong) (intent_offramp.IntentOfframp), not weighed by length.
-CALIBRATION_VERSION = 5
+# 5: the intent check is a fitted P(intent wrong) (intent_offramp.IntentOfframp), not weighed by length; 6: the
+# checks of a hypothesis of the whole input (the full decode's: ppl_late, bilstm_late) are weighed by its tokens,
+# the PPL one in log units (routing.weighing_for, perplexity_offramp).
+CALIBRATION_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -66,10 +75,18 @@ class OfframpTrainOptions:
 
 
 def ppl_scores(samples: Sequence[OfframpSample], judges: Judged = "pilot") -> np.ndarray:
-    """Perplexity of the hypothesis each sample's policy judging `judges` decides on; inf when there is none."""
-    offramp = PerplexityOfframp()
-    hyps = [s.judged(judges) for s in samples]
-    return np.array([offramp.score(h.hypothesis()) if h else np.inf for h in hyps])
+    """The perplexity check's score (routing.perplexity_offramp), not yet weighed, of the hypothesis each sample's
+    policy judging `judges` decides on; inf when there is none."""
+    offramp = perplexity_offramp(judges)
+    return np.array([offramp.score(h.hypothesis()) if (h := s.judged(judges)) else np.inf for s in samples])
+
+
+def weighed_scores(scores: np.ndarray, samples: Sequence[OfframpSample], judges: Judged) -> np.ndarray:
+    """Scores of the hypotheses of `samples` that a policy judging `judges` decides on (each replay missing it
+    lending its pilot, as the networks do), weighed as that policy weighs them (routing.weighing_for)."""
+    hypotheses = [s.judged(judges) or s.early for s in samples]
+    tokens = np.array([max(len(h.token_att), 1) if h else 1 for h in hypotheses])
+    return weigh(scores, weighing_for(judges), np.array([s.duration for s in samples]), tokens)
 
 
 @dataclass(frozen=True)
@@ -174,8 +191,8 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
                                        options) if with_end else (None, None)
     seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
-    def calibrated(name: str, scores: np.ndarray) -> dict[str, Any]:
-        return calibrate(name, weigh_by_length(scores, seconds), kept, options.levels, cloud_edits, bad_wer)
+    def calibrated(name: str, scores: np.ndarray, judges: Judged = "pilot") -> dict[str, Any]:
+        return calibrate(name, weighed_scores(scores, kept, judges), kept, options.levels, cloud_edits, bad_wer)
 
     ppl = ppl_scores(kept)
     report = {
@@ -184,14 +201,14 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         "bilstm": {**_network_facts(bilstm, options.bilstm, fit), **calibrated("BiLSTM", oof)},
         "ppl": calibrated("PPL", ppl),
         # the late decisions judge the full decode, whose scores sit elsewhere: their own thresholds
-        "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, "final")),
+        "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, "final"), "final"),
         "bilstm_late": {**_network_facts(bilstm_late, options.bilstm, fit),
-                        **calibrated("BiLSTM (full decode)", oof_late)},
+                        **calibrated("BiLSTM (full decode)", oof_late, "final")},
     }
     if bilstm_end is not None:
-        report["ppl_end"] = calibrated("PPL (end-of-speech pilot)", ppl_scores(kept, "end"))
+        report["ppl_end"] = calibrated("PPL (end-of-speech pilot)", ppl_scores(kept, "end"), "end")
         report["bilstm_end"] = {**_network_facts(bilstm_end, options.bilstm, fit),
-                                **calibrated("BiLSTM (end-of-speech pilot)", oof_end)}
+                                **calibrated("BiLSTM (end-of-speech pilot)", oof_end, "end")}
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label
         cnn_options = replace(options.cnn, bad_wer=bad_wer, label=options.bilstm.label)

@@ -5,8 +5,9 @@ pay off), a few milliseconds later from the end-of-speech pilot (the CTC's best 
 the local path encodes anyway), or, for the late-decision baseline, from the full local decode's. Offramps score a hypothesis
 (higher: less likely right); a threshold turns the score into a decision.
 
-The offramp policy weighs the score by the speech's length (`weigh_by_length`): a WER target is a corpus WER,
-edits summed over utterances, and a long utterance the device gets wrong carries more of them than a short one.
+The offramp policy weighs the score by the utterance's length (`weighing_for`: a pilot's by the speech's seconds, a
+hypothesis of the whole input's by its tokens): a WER target is a corpus WER, edits summed over utterances, and a
+long utterance the device gets wrong carries more of them than a short one.
 The intent check is the exception (`intent_policy`): intent accuracy counts utterances.
 Per hypothesis, as the paper scores, even a perfect estimate of each utterance's WER would need 0.57-0.80x
 NaiveHybrid's offloading at the bench's WER targets (150 test utterances), a perfect count of its edits
@@ -29,6 +30,10 @@ from pasu.device.cloud_client import ClientTls, Encoding
 from pasu.device.decoding.search import Hypothesis
 
 ScoreLike = TypeVar("ScoreLike", float, np.ndarray)  # one score, or many at once (calibration, benchmarks)
+# how a policy scales an offramp's per-hypothesis score with the utterance, as its expected word errors grow: by
+# the speech's seconds, by the hypothesis's tokens (<eos> included), or not at all (the intent check: intent
+# accuracy counts utterances; and the paper's per-hypothesis scores)
+Weighing = Literal["seconds", "tokens", "none"]
 # which hypothesis a policy judges: the last pilot's (at end of speech), the end-of-speech pilot's (after the whole
 # input's encode: BeamSearch.ctc_greedy), or the full local decode's (after it)
 Judged = Literal["pilot", "end", "final"]
@@ -62,6 +67,37 @@ class PerplexityOfframp:
         if not logps:
             return math.inf
         return math.exp(-sum(logps) / len(logps))
+
+
+class LogPerplexityOfframp:
+    """-1/l * sum log p(y_i | y_<i) of the attention decoder over the hypothesis (<eos> included): the perplexity in
+    log units, the mean surprisal of a token; weighed by the tokens, the hypothesis's total surprisal."""
+
+    def score(self, hypothesis: Hypothesis) -> float:
+        logps = hypothesis.token_att
+        return -sum(logps) / len(logps) if logps else math.inf
+
+
+def perplexity_offramp(judges: Judged) -> Offramp:
+    """The perplexity check of a policy judging `judges`: the perplexity of a pilot, weighed by the seconds of the
+    whole command it heard part of; the log-perplexity of a hypothesis of the whole input, weighed by its tokens
+    (`weighing_for`), its total surprisal, which grows with the command as its word errors do (on all 2,033 `dev`
+    replays the end-of-speech pilot's needs 0.32 / 0.38 / 0.47 / 0.60x NaiveHybrid's offloading at the four WER
+    targets against its perplexity x seconds' 0.46 / 0.49 / 0.52 / 0.60x: the offramp's calibration log)."""
+    return PerplexityOfframp() if judges == "pilot" else LogPerplexityOfframp()
+
+
+def weighing_for(judges: Judged) -> Weighing:
+    """How a word check judging `judges` is weighed: a pilot by the seconds of the whole command (it heard part of
+    it), a hypothesis of the whole input by its own tokens."""
+    return "seconds" if judges == "pilot" else "tokens"
+
+
+def weigh(score: ScoreLike, weighing: Weighing, speech_seconds: ScoreLike, tokens: ScoreLike) -> ScoreLike:
+    """A per-hypothesis offramp score scaled to the utterance as `weighing` says (`tokens`: the hypothesis's)."""
+    if weighing == "seconds":
+        return weigh_by_length(score, speech_seconds)
+    return score * tokens if weighing == "tokens" else score
 
 
 def weigh_by_length(score: ScoreLike, speech_seconds: ScoreLike) -> ScoreLike:
@@ -104,19 +140,19 @@ class NaiveHybrid:
 
 @dataclass(frozen=True)
 class OfframpPolicy:
-    """Offload when the offramp's score, weighed by the speech's length, exceeds the threshold."""
+    """Offload when the offramp's score, weighed by the utterance's length (`weighing`), exceeds the threshold."""
 
     offramp: Offramp
-    threshold: float  # in the offramp's units times seconds (not length_weighted: the offramp's own units)
+    threshold: float  # in the offramp's units times seconds or tokens (`weighing`)
     name: str = "Ours-PPL"
     judges: Judged = "pilot"
-    # False: the offramp's score as it is, whatever the utterance's length (the paper's rule; an intent check)
-    length_weighted: bool = True
+    # "none": the offramp's score as it is, whatever the utterance's length (the paper's rule; an intent check)
+    weighing: Weighing = "seconds"
 
     def score(self, hypothesis: Hypothesis, speech_seconds: float) -> float:
         """What is compared with the threshold."""
-        score = self.offramp.score(hypothesis)
-        return weigh_by_length(score, speech_seconds) if self.length_weighted else score
+        tokens = max(len(hypothesis.token_att), 1)
+        return weigh(self.offramp.score(hypothesis), self.weighing, speech_seconds, tokens)
 
     def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
         return decide_by_score(self, hypothesis, speech_seconds)
@@ -165,7 +201,7 @@ def decide_by_score(policy: OfframpPolicy | EitherPolicy, hypothesis: Hypothesis
 def intent_policy(offramp: Offramp, threshold: float, name: str = "Ours-Intent") -> OfframpPolicy:
     """The intent check as a policy: its P(intent wrong) as it is, since intent accuracy counts utterances, not
     words (weighed by length it offloads long right commands before short wrong ones)."""
-    return OfframpPolicy(offramp, threshold, name, length_weighted=False)
+    return OfframpPolicy(offramp, threshold, name, weighing="none")
 
 
 PolicyName = Literal["on-device", "all", "naive", "ppl", "ppl-end", "ppl-late", "bilstm", "bilstm-end",
@@ -193,8 +229,10 @@ class RoutingOptions:
     # latest `pasu bench hybrid` numbers are in README.md)
     policy: PolicyName = "ppl+intent"
     # the word check's score times the speech's seconds above which the utterance is offloaded: the last pilot's
-    # perplexity (ppl, ppl+intent) or the BiLSTM's P(local WER > 0.1) (bilstm, bilstm+intent); None: the model's
-    # threshold calibrated for the policy at `level` (`calibrated_routing`, MODEL/offramp)
+    # perplexity (ppl, ppl+intent) or the BiLSTM's P(local WER > 0.1) (bilstm, bilstm+intent); for the -end and
+    # -late policies the score times the hypothesis's tokens, the perplexity's in log units (`weighing_for`,
+    # `perplexity_offramp`); None: the model's threshold calibrated for the policy at `level`
+    # (`calibrated_routing`, MODEL/offramp)
     threshold: float | None = None
     # intent and the +intent policies: the intent offramp's P(the device's intent is wrong) for the last pilot
     # (intent_offramp.IntentOfframp; not weighed by length) above which the utterance is offloaded; None: the
@@ -224,7 +262,8 @@ class RoutingOptions:
         self._check_thresholds()
         words = self._word_offramp(bilstm)
         if self.policy in WORD_CHECKS:
-            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy], judges=self.judges)
+            return OfframpPolicy(words, self.threshold, WORD_CHECKS[self.policy], self.judges,
+                                 weighing_for(self.judges))
         if intent is None:
             raise ValueError(f"the {self.policy} policy needs the model's intent reader (MODEL/offramp: "
                              "`pasu offramp train`)")
@@ -238,7 +277,7 @@ class RoutingOptions:
         if self.word_check == "bilstm" and bilstm is None:
             raise ValueError(f"the {self.policy} policy needs the model's BiLSTM offramp (MODEL/offramp: "
                              "`pasu offramp train`)")
-        return {"ppl": PerplexityOfframp(), "bilstm": bilstm}.get(self.word_check)
+        return perplexity_offramp(self.judges) if self.word_check == "ppl" else bilstm
 
     @property
     def word_part(self) -> str | None:

@@ -8,6 +8,10 @@ prices the perplexity offramp and a BiLSTM fitted on every `dev` replay's hypoth
 0.1, as shipped; a few seeds) on `test` replays with the cloud's answers decoded offline: offload / NaiveHybrid
 at the four WER targets, and intent accuracy when Offload-M's share (47%) is offloaded, against AllOffload's.
 
+Every score here is weighed by the speech's seconds, as stop 67 priced them; since stop 68 the agent runs these
+decisions (`--policy ppl-end`, `bilstm-end`) with hypotheses of the whole input weighed by their tokens instead
+(routing.weighing_for), priced by `pasu bench hybrid` (the offramp's calibration log).
+
 Replays, cloud answers and end-of-speech pilots are cached in --work (all of `test`: about 15 minutes of replays
 and 50 of cloud decoding on 2 cores, the first time).
 

@@ -30,6 +30,8 @@ from pasu.bench.hybrid_eval import (
     edit_totals,
     measure_cloud,
     naive_expected,
+    ppl_scorer,
+    word_scorer,
     run_policy,
     table5,
     target_checks,
@@ -254,18 +256,18 @@ def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOff
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
     all_offload = run_policy(AllOffload(), samples, calls)
     designs = [on_device, all_offload]
-    late_bilstm = Scorer("Late-BiLSTM", offramps.late_network(), judges="final")
+    late_bilstm = word_scorer("Late-BiLSTM", offramps.late_network(), "final")
     scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm)}
     if offramps.bilstm_end is not None and "ppl_end" in report and all(s.end_decision_at is not None for s in samples):
-        scorers["ppl_end"] = Scorer("End-PPL", ppl, judges="end")  # folders and replays from before stop 68: none
-        scorers["bilstm_end"] = Scorer("End-BiLSTM", offramps.bilstm_end, judges="end")
-    scorers["ppl_late"] = Scorer("Late-PPL", ppl, judges="final")
+        scorers["ppl_end"] = ppl_scorer("End-PPL", "end")  # folders and replays from before stop 68 have none
+        scorers["bilstm_end"] = word_scorer("End-BiLSTM", offramps.bilstm_end, "end")
+    scorers["ppl_late"] = ppl_scorer("Late-PPL", "final")
     if "bilstm_late" in report:  # calibrations from before stop 64 have none: then Table 5 alone prices it
         scorers["bilstm_late"] = late_bilstm
     if cnn is not None and "cnn" in report:
         scorers["cnn"] = Scorer("Ours-CNN", cnn)
     if intent is not None:  # P(intent wrong) as it is, as the agent's policies take it (routing.intent_policy)
-        scorers["intent"] = Scorer("Ours-Intent", intent, length_weighted=False)
+        scorers["intent"] = Scorer("Ours-Intent", intent, weighing="none")
         for words in ("ppl", "bilstm"):
             key = f"{words}_intent"
             if key in report:  # offramp.json files from before the combined checks have none
@@ -281,8 +283,8 @@ def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOff
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
     scorers = [*scorers.values(), *([] if "bilstm_late" in scorers else [late_bilstm]),
                # the paper's per-hypothesis scores, to show what weighing by length changes
-               Scorer("Ours-PPL per token", ppl, length_weighted=False),
-               Scorer("Ours-BiLSTM per token", bilstm, length_weighted=False)]
+               Scorer("Ours-PPL per token", ppl, weighing="none"),
+               Scorer("Ours-BiLSTM per token", bilstm, weighing="none")]
     t5 = table5(samples, calls, scorers, on_device, all_offload)
     checks = target_checks(t5, {o.design: o for o in designs}, all_offload)
     bar = report["bilstm"]["train"].get("bad_wer", BAD_WER)  # reports written before the bar was an option: 0.1

@@ -28,7 +28,16 @@ from pasu.device.calibration import (
 )
 from pasu.device.decoding.search import Hypothesis
 from pasu.device.offramp_data import OfframpSample
-from pasu.device.routing import EitherPolicy, Judged, Offramp, OfframpPolicy, Policy
+from pasu.device.routing import (
+    EitherPolicy,
+    Judged,
+    Offramp,
+    OfframpPolicy,
+    Policy,
+    Weighing,
+    perplexity_offramp,
+    weighing_for,
+)
 from pasu.metrics import LatencyStats, SluResult, evaluate_slu, mean_rtf, word_edits
 
 
@@ -157,10 +166,20 @@ class Scorer:
     name: str  # row label, e.g. "Ours-PPL"
     offramp: Offramp
     judges: Judged = "pilot"
-    length_weighted: bool = True  # False: the score as it is (routing.OfframpPolicy)
+    weighing: Weighing = "seconds"  # "none": the score as it is (routing.OfframpPolicy)
 
     def policy(self, threshold: float) -> OfframpPolicy:
-        return OfframpPolicy(self.offramp, threshold, self.name, self.judges, self.length_weighted)
+        return OfframpPolicy(self.offramp, threshold, self.name, self.judges, self.weighing)
+
+
+def word_scorer(name: str, offramp: Offramp, judges: Judged) -> Scorer:
+    """A word check judging `judges`, weighed as the agent weighs it (routing.weighing_for)."""
+    return Scorer(name, offramp, judges, weighing_for(judges))
+
+
+def ppl_scorer(name: str, judges: Judged) -> Scorer:
+    """The perplexity check of a policy judging `judges`, as the agent scores it (routing.perplexity_offramp)."""
+    return word_scorer(name, perplexity_offramp(judges), judges)
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def test_the_intent_offramp_learns_which_evidence_marks_a_wrong_intent(tmp_path)
     with pytest.raises(ValueError, match="right and with wrong"):
         IntentErrorModel.fit(rows, np.zeros(400))
     offramp = IntentOfframp(lambda h: np.array([1.0 - math.exp(h.token_att[0]), 0.0]), model)
-    decision = OfframpPolicy(offramp, 0.5, length_weighted=False).decide(hypothesis((1, 3), 0.1), 2.0)
+    decision = OfframpPolicy(offramp, 0.5, weighing="none").decide(hypothesis((1, 3), 0.1), 2.0)
     assert json.loads(json.dumps(asdict(decision)))["offload"] is True  # timelines and results are JSON
 
 

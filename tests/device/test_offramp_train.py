@@ -64,8 +64,12 @@ def test_training_and_calibration_on_a_small_split(tmp_path):
         for target, cal in report[name]["wer_targets"].items():
             assert cal is not None and cal["wer"] <= float(target) + 1e-9
             assert cal["offload_ratio"] <= 0.55  # a selective offramp offloads little more than the bad half
-    # the late network learns the full decodes: here they equal the pilots, so do its thresholds
-    assert report["bilstm_late"]["levels"] == report["bilstm"]["levels"]
+    # the late network learns the full decodes: here they equal the pilots, so it is the pilots' network; its
+    # thresholds are weighed by the full decode's tokens, not the seconds
+    pilots = [s.early.hypothesis() for s in split(4, seed=2)]
+    assert [trained.bilstm_late.score(h) for h in pilots] == pytest.approx([bilstm.score(h) for h in pilots])
+    for level, ratio in (("L", 0.25), ("M", 0.47), ("H", 0.63)):
+        assert abs(report["bilstm_late"]["levels"][level]["offload_ratio"] - ratio) <= 0.05
     trained.save(tmp_path / "offramp")
     loaded = load_offramps(tmp_path / "offramp")
     assert loaded.cnn is None and threshold(loaded.report, "bilstm", "M") == threshold(report, "bilstm", "M")
@@ -290,6 +294,11 @@ def test_the_level_picks_the_calibrated_operating_point(tmp_path):
     report["bilstm_late"] = support.offramp_levels(0.8, 0.5, 0.3)  # the BiLSTM on the full decode, apart too
     (tmp_path / "offramp.json").write_text(json.dumps(report))
     assert calibrated_routing(RoutingOptions(policy="bilstm-late", level="M"), tmp_path).threshold == 0.5
+    report["ppl_end"] = support.offramp_levels(30.0, 15.0, 9.0)  # the end-of-speech pilot's, apart again
+    report["bilstm_end"] = support.offramp_levels(17.0, 9.0, 5.0)
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    assert calibrated_routing(RoutingOptions(policy="ppl-end", level="L"), tmp_path).threshold == 30.0
+    assert calibrated_routing(RoutingOptions(policy="bilstm-end"), tmp_path).threshold == 9.0
     assert calibrated_routing(RoutingOptions(policy="naive"), tmp_path).unset_thresholds == []
 
 

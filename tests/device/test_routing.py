@@ -16,6 +16,7 @@ from pasu.device.routing import (
     OnDevice,
     PerplexityOfframp,
     RoutingOptions,
+    LogPerplexityOfframp,
 )
 
 
@@ -36,10 +37,10 @@ def test_the_papers_baselines_by_name():
     with pytest.raises(ValueError, match="naive_share 1.5"):
         RoutingOptions(policy="naive", naive_share=1.5).make_policy()
     late = RoutingOptions(policy="ppl-late", threshold=3.0).make_policy()
-    assert late.judges == "final" and late.name == "Late-PPL" and isinstance(late.offramp, PerplexityOfframp)
+    assert late.judges == "final" and late.name == "Late-PPL" and isinstance(late.offramp, LogPerplexityOfframp)
     assert RoutingOptions(policy="ppl", threshold=3.0).make_policy().judges == "pilot"
     end = RoutingOptions(policy="ppl-end", threshold=3.0).make_policy()
-    assert end.judges == "end" and end.name == "End-PPL" and isinstance(end.offramp, PerplexityOfframp)
+    assert end.judges == "end" and end.name == "End-PPL" and isinstance(end.offramp, LogPerplexityOfframp)
     with pytest.raises(ValueError, match=r"routing\.threshold"):
         RoutingOptions(policy="ppl-late").make_policy()
     bilstm = object()  # the model's BiLSTM offramp
@@ -50,6 +51,25 @@ def test_the_papers_baselines_by_name():
     assert RoutingOptions(policy="bilstm+intent").judges == "pilot"  # the pair judges the last pilot
     with pytest.raises(ValueError, match="needs the model's BiLSTM offramp"):
         RoutingOptions(policy="bilstm-late", threshold=0.4).make_policy()
+
+
+def test_a_hypothesis_of_the_whole_input_is_weighed_by_its_tokens():
+    """A pilot's score is weighed by the seconds of the whole command; the end-of-speech pilot and the full decode
+    heard all of it, so theirs by their own tokens: for perplexity, in log units, their total surprisal."""
+    hypothesis = Hypothesis((1, 2), 0.0, True, (-0.5, -1.0, -0.5), (-0.1, -0.1))
+    end = RoutingOptions(policy="ppl-end", threshold=1.9).make_policy()
+    assert end.score(hypothesis, 3.0) == pytest.approx(2.0) == end.score(hypothesis, 30.0)
+    assert end.decide(hypothesis, 3.0).offload
+    late = RoutingOptions(policy="ppl-late", threshold=2.1).make_policy()
+    assert late.score(hypothesis, 3.0) == pytest.approx(2.0) and not late.decide(hypothesis, 10.0).offload
+    pilot = RoutingOptions(policy="ppl", threshold=1.0).make_policy()
+    assert pilot.score(hypothesis, 3.0) == pytest.approx(math.exp(2.0 / 3) * 3.0)
+    doubt = PerplexityOfframp()  # any offramp: the BiLSTM's probability is weighed the same way
+    for policy, weighed in (("bilstm", 5.0), ("bilstm-end", 3), ("bilstm-late", 3)):  # 5 s, 3 tokens (<eos>)
+        scored = RoutingOptions(policy=policy, threshold=0.5).make_policy(bilstm=doubt).score(hypothesis, 5.0)
+        assert scored == pytest.approx(doubt.score(hypothesis) * weighed)
+    nothing = Hypothesis((), 0.0, False, (), ())
+    assert end.score(nothing, 3.0) == math.inf and end.decide(nothing, 3.0).offload  # nothing heard: offload
 
 
 def test_an_offramp_policy_without_its_threshold_says_which_is_missing():
@@ -74,7 +94,7 @@ def test_offramp_policy_weighs_the_score_by_the_speech_length():
     policy = OfframpPolicy(PerplexityOfframp(), threshold=2 * math.e)
     assert policy.score(doubtful, 4.0) == pytest.approx(4 * math.e)
     assert policy.decide(doubtful, 4.0).offload and not policy.decide(doubtful, 1.0).offload
-    as_is = OfframpPolicy(PerplexityOfframp(), threshold=2.0, length_weighted=False)
+    as_is = OfframpPolicy(PerplexityOfframp(), threshold=2.0, weighing="none")
     assert as_is.decide(doubtful, 1.0).offload and as_is.decide(doubtful, 4.0).offload
 
 
@@ -151,7 +171,7 @@ def test_the_intent_check_is_not_weighed_by_the_speechs_length():
 
 
 def test_the_either_policy_scores_each_part_in_units_of_its_own_threshold():
-    parts = (OfframpPolicy(PerplexityOfframp(), 4.0), OfframpPolicy(FixedDoubt(0.3), 0.5, length_weighted=False))
+    parts = (OfframpPolicy(PerplexityOfframp(), 4.0), OfframpPolicy(FixedDoubt(0.3), 0.5, weighing="none"))
     either = EitherPolicy(parts, threshold=1.2)
     doubtful_words = Hypothesis((5, 6), 0.0, True, token_att=(-1.0, -1.0, -1.0))
     assert either.score(doubtful_words, 2.0) == pytest.approx(max(2 * math.e / 4.0, 0.3 / 0.5))
