@@ -214,24 +214,22 @@ class Session:
         eos = self.timeline.end_of_speech = end_of_speech
         judges = self.policy.judges if self.policy is not None else None
         pilot_hyp = self.last_pilot.best if self.last_pilot else None
-        decision, cloud_failure = None, ""
+        decision, answer = None, ""  # answer: the cloud's result, or why the cloud did not give one
         if judges == "pilot" and pilot_hyp is not None:
             decision, answer = self._decide_and_offload(pilot_hyp)
-            if isinstance(answer, AgentResult):
-                return self._done(answer, eos)
-            cloud_failure = answer
+        if isinstance(answer, AgentResult):
+            return self._done(answer, eos)
         encoded = self._encode()
         if judges == "end":  # nothing heard (no end-of-speech pilot) offloads, as the bench prices it
             decision, answer = self._decide_and_offload(self._end_pilot(encoded))
-            if isinstance(answer, AgentResult):
-                return self._done(answer, eos)
-            cloud_failure = answer
+        if isinstance(answer, AgentResult):
+            return self._done(answer, eos)
         tokens, hyp, confidence = self._decode_local(encoded)
         if self.policy is not None and decision is None:  # late decision, or no pilot to judge
             decision, answer = self._decide_and_offload(hyp)
-            if isinstance(answer, AgentResult):
-                return self._done(answer, eos)
-            cloud_failure = answer
+        if isinstance(answer, AgentResult):
+            return self._done(answer, eos)
+        cloud_failure = answer
         route = "fallback" if cloud_failure else "local"
         # a fallback says both why it offloaded and why the cloud did not answer, as a cloud answer says both
         reason = "; ".join(part for part in (decision.reason if decision else "local decode", cloud_failure) if part)

@@ -146,7 +146,7 @@ def replay_sample(model: DeviceModel, utterance: Utterance, options: AgentOption
     probe = _Probe()
     with _recording(model) as recorder:
         result = replay(model, audio, options, policy=probe, utterance_id=utterance.id)
-    decision_at = _decision_time(result)
+    decision_at = _event_end(result, "offramp")
     reference = SluResult(utterance.text, utterance.intent, tuple(utterance.slots or ()))
     local = SluResult(result.text, result.intent, tuple(result.slots))
     early = probe.seen[0] if probe.seen else None
@@ -175,13 +175,9 @@ def _end_pilot(model: DeviceModel, encoded: torch.Tensor | None) -> tuple[Hypoth
     return pilot, time.perf_counter() - start
 
 
-def _decision_time(result: Any) -> float | None:
-    """Seconds after end of speech at which the (first) offramp event ended."""
-    return _event_end(result, "offramp")
-
-
 def _event_end(result: Any, kind: str) -> float | None:
-    """Seconds after end of speech at which the agent's first event of `kind` ended."""
+    """Seconds after end of speech at which the agent's first event of `kind` ended (the first "offramp": the
+    early decision)."""
     timeline = result.timeline
     for event in timeline.events:
         if event.kind == kind:

@@ -37,6 +37,7 @@ from pasu.device.routing import (
     EitherPolicy,
     Judged,
     perplexity_offramp,
+    token_count,
     weigh,
     weigh_by_length,
     weighing_for,
@@ -85,7 +86,7 @@ def weighed_scores(scores: np.ndarray, samples: Sequence[OfframpSample], judges:
     """Scores of the hypotheses of `samples` that a policy judging `judges` decides on (each replay missing it
     lending its pilot, as the networks do), weighed as that policy weighs them (routing.weighing_for)."""
     hypotheses = [s.judged(judges) or s.early for s in samples]
-    tokens = np.array([max(len(h.token_att), 1) if h else 1 for h in hypotheses])
+    tokens = np.array([token_count(h) if h else 1 for h in hypotheses])
     return weigh(scores, weighing_for(judges), np.array([s.duration for s in samples]), tokens)
 
 

@@ -22,12 +22,15 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 import numpy as np
 
 from pasu.device.cloud_client import ClientTls, Encoding
 from pasu.device.decoding.search import Hypothesis
+
+if TYPE_CHECKING:
+    from pasu.device.offramp_data import HypothesisFeatures
 
 ScoreLike = TypeVar("ScoreLike", float, np.ndarray)  # one score, or many at once (calibration, benchmarks)
 # how a policy scales an offramp's per-hypothesis score with the utterance, as its expected word errors grow: by
@@ -93,6 +96,11 @@ def weighing_for(judges: Judged) -> Weighing:
     return "seconds" if judges == "pilot" else "tokens"
 
 
+def token_count(hypothesis: Hypothesis | HypothesisFeatures) -> int:
+    """The tokens a hypothesis is weighed by (`weigh`): those scored, <eos> included; at least one."""
+    return max(len(hypothesis.token_att), 1)
+
+
 def weigh(score: ScoreLike, weighing: Weighing, speech_seconds: ScoreLike, tokens: ScoreLike) -> ScoreLike:
     """A per-hypothesis offramp score scaled to the utterance as `weighing` says (`tokens`: the hypothesis's)."""
     if weighing == "seconds":
@@ -151,8 +159,7 @@ class OfframpPolicy:
 
     def score(self, hypothesis: Hypothesis, speech_seconds: float) -> float:
         """What is compared with the threshold."""
-        tokens = max(len(hypothesis.token_att), 1)
-        return weigh(self.offramp.score(hypothesis), self.weighing, speech_seconds, tokens)
+        return weigh(self.offramp.score(hypothesis), self.weighing, speech_seconds, token_count(hypothesis))
 
     def decide(self, hypothesis: Hypothesis | None, speech_seconds: float) -> Decision:
         return decide_by_score(self, hypothesis, speech_seconds)
