@@ -46,12 +46,16 @@ def offload_curve(scores: Sequence[float], local_edits: Sequence[float] | None =
         raise ValueError("need at least one score and no NaN")
     distinct = np.unique(s)[::-1]  # decreasing
     thresholds = np.append(distinct, -math.inf)  # > the highest: nothing; > -inf: everything
-    offloaded = np.array([(s > t).sum() for t in thresholds])
+    # the utterances scoring above a threshold are the first ones of the scores sorted in decreasing order, so
+    # each step's sums are prefix sums of that order: O(n log n), which bootstrap resampling needs
+    offloaded = s.size - np.searchsorted(np.sort(s), thresholds, side="right")
     wer = np.full(len(thresholds), np.nan)
     if local_edits is not None and cloud_edits is not None and ref_words is not None:
-        local, cloud = np.asarray(local_edits, float), np.asarray(cloud_edits, float)
-        words = float(np.sum(ref_words))
-        wer = np.array([(local[s <= t].sum() + cloud[s > t].sum()) / words for t in thresholds])
+        order = np.argsort(-s, kind="stable")
+        local, cloud = np.asarray(local_edits, float)[order], np.asarray(cloud_edits, float)[order]
+        local_kept = local.sum() - np.concatenate([[0.0], np.cumsum(local)])[offloaded]
+        cloud_taken = np.concatenate([[0.0], np.cumsum(cloud)])[offloaded]
+        wer = (local_kept + cloud_taken) / float(np.sum(ref_words))
     return OffloadCurve(thresholds, offloaded / s.size, wer)
 
 

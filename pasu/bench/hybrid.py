@@ -27,7 +27,11 @@ from pasu.bench.hybrid_eval import (
     EitherScorer,
     Outcome,
     Scorer,
+    combine,
+    decide,
+    design_scores,
     edit_totals,
+    intent_right,
     measure_cloud,
     naive_expected,
     ppl_scorer,
@@ -36,7 +40,8 @@ from pasu.bench.hybrid_eval import (
     table5,
     target_checks,
 )
-from pasu.bench.hybrid_report import checks_text, designs_table, plot_fig4, plot_fig6, table5_block
+from pasu.bench.hybrid_report import checks_text, designs_table, intervals_text, plot_fig4, plot_fig6, table5_block
+from pasu.bench.intervals import ResampleOptions, gap_interval, table5_intervals
 from pasu.files import write_text_atomic
 from pasu.device.cli import add_replay_flags
 
@@ -69,6 +74,9 @@ def register(benches: argparse._SubParsersAction) -> None:
     add_replay_flags(parser, ", as `pasu device run --lm` does; the pilots the offramps read do not change")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine may be shared)")
     parser.add_argument("--seed", type=int, default=0, help="network jitter/loss seed")
+    parser.add_argument("--resamples", type=int, default=ResampleOptions.draws,
+                        help="bootstrap resamples of the utterances for the intervals of Table 5's ratios and "
+                             "Offload-M's intent gap (0: none)")
     parser.add_argument("--out", type=Path, default=Path("bench/hybrid"), help="folder for JSON, PNGs, caches")
     parser.add_argument("--reuse-offloads", action="store_true",
                         help="price the policies on the round trips an earlier run saved in --out (calls-PROFILE.jsonl) "
@@ -120,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"LM {options.lm} fused into the final local decode at weight {options.final_search.lm_weight}")
     print(f"pilots: {options.pilot.describe()}")
     for profile in profiles:
-        result = evaluate_profile(samples, calls[profile], offramps, intent)
+        result = evaluate_profile(samples, calls[profile], offramps, intent, ResampleOptions(draws=args.resamples))
         result["proxy"] = proxies[profile]
         results["profiles"][profile] = result
         print_profile(profile, result)
@@ -245,9 +253,10 @@ def offload_all(cloud_model: Path, utterances: list, samples: list, encodings: d
 
 
 def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOfframps,
-                     intent: Offramp | None = None) -> dict[str, Any]:
+                     intent: Offramp | None = None, resampling: ResampleOptions | None = None) -> dict[str, Any]:
     """Every design's outcome, the NaiveHybrid line, Table 5 and the target checks on one network, for the
-    offramps of a model (`load_offramps`; the CNN priced where the report calibrated it) and its intent check."""
+    offramps of a model (`load_offramps`; the CNN priced where the report calibrated it) and its intent check;
+    with `resampling`, the bootstrap intervals of Table 5's ratios and of Offload-M's intent gap."""
     from pasu.device.offramp_data import BAD_WER
     from pasu.device.offramp_train import threshold, yardsticks
     from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
@@ -274,10 +283,15 @@ def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOff
                 scales = report[key]["scales"]
                 parts = ((scorers[words], scales[words]), (scorers["intent"], scales["intent"]))
                 scorers[key] = EitherScorer(f"{scorers[words].name}+Intent", parts)
+    offload_m: dict[str, np.ndarray] = {}  # what each design offloads at Offload-M, for its intent interval
     for level in ("L", "M", "H"):
         for key, scorer in scorers.items():
             t = threshold(report, key, level)
-            designs.append(run_policy(replace(scorer, name=f"{scorer.name}-{level}").policy(t), samples, calls, t))
+            policy = replace(scorer, name=f"{scorer.name}-{level}").policy(t)
+            offload, cost = decide(policy, samples)
+            designs.append(combine(policy.name, samples, calls, offload, policy.judges, cost, t))
+            if level == "M":
+                offload_m[policy.name] = offload
     edits = edit_totals(samples, calls)
     totals = tuple(x.sum() for x in edits)
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
@@ -285,16 +299,34 @@ def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOff
                # the paper's per-hypothesis scores, to show what weighing by length changes
                Scorer("Ours-PPL per token", ppl, weighing="none"),
                Scorer("Ours-BiLSTM per token", bilstm, weighing="none")]
-    t5 = table5(samples, calls, scorers, on_device, all_offload)
+    scores = {scorer.name: design_scores(samples, scorer) for scorer in scorers}
+    t5 = table5(samples, calls, scorers, on_device, all_offload, scores=scores)
     checks = target_checks(t5, {o.design: o for o in designs}, all_offload)
     bar = report["bilstm"]["train"].get("bad_wer", BAD_WER)  # reports written before the bar was an option: 0.1
+    intervals = (resampled(samples, calls, scores, offload_m, resampling)
+                 if resampling is not None and resampling.draws > 0 else None)
     return {"designs": [asdict(o) for o in designs], "naive_line": [asdict(o) for o in naive_line],
             "table5": {t: {d: asdict(o) if o else None for d, o in row.items()} for t, row in t5.items()},
             "yardsticks": {"bad_wer": bar, **yardsticks(samples, edits[1], bar)},
+            "intervals": intervals,
             "checks": [{"check": c, "ok": ok} for c, ok in checks],
             "cloud_failures": sum(not c.ok for c in calls),
             "cloud_latency": {"mean": float(np.mean([c.latency for c in calls])),
                               "p90": float(np.percentile([c.latency for c in calls], 90))}}
+
+
+def resampled(samples: list, calls: list[CloudCall], scores: dict[str, np.ndarray],
+              offload_m: dict[str, np.ndarray], options: ResampleOptions) -> dict[str, Any]:
+    """The bootstrap intervals (pasu.bench.intervals) of each offramp's Table 5 ratios (the paper's per-token
+    scores aside) and of its intent gap to AllOffload at Offload-M."""
+    weighed = {name: s for name, s in scores.items() if "per token" not in name}
+    ratios = table5_intervals(weighed, *edit_totals(samples, calls), options)
+    everything = intent_right(samples, calls, np.ones(len(samples), dtype=bool))
+    gaps = {name: gap_interval(intent_right(samples, calls, offload), everything, options)
+            for name, offload in offload_m.items()}
+    return {"draws": options.draws, "level": options.level, "seed": options.seed,
+            "table5": {name: [asdict(i) for i in row] for name, row in ratios.items()},
+            "offload_m_intent": {name: asdict(i) for name, i in gaps.items()}}
 
 
 def print_profile(profile: str, result: dict[str, Any]) -> None:
@@ -309,6 +341,8 @@ def print_profile(profile: str, result: dict[str, Any]) -> None:
     print("\nTable 5 (least offloading meeting each WER target; thresholds and alpha tuned on these utterances; "
           "NaiveHybrid in expectation over its draws):")
     print(table5_block(result))
+    if result.get("intervals"):  # runs before stop 69, and --resamples 0, have none
+        print("\n" + intervals_text(result))
     print("\nTargets:")
     print(checks_text([(c["check"], c["ok"]) for c in result["checks"]]))
 

@@ -15,7 +15,7 @@ recombination of them, decided by the real policy objects of pasu.device.routing
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,24 +111,31 @@ def decide(policy: Policy, samples: Sequence[OfframpSample]) -> tuple[np.ndarray
 def combine(name: str, samples: Sequence[OfframpSample], calls: Sequence[CloudCall], offload: np.ndarray,
             judges: Judged, cost: np.ndarray, threshold: float | None = None) -> Outcome:
     """Answers and latencies when `offload` marks what went to the cloud (see the module doc)."""
-    answers, latencies, fallbacks = [], [], 0
+    latencies, fallbacks = [], 0
     for sample, call, off, spent in zip(samples, calls, offload, cost):
         if not off:
-            answers.append(sample.local)
             latencies.append(sample.local_latency + spent)
         elif call.ok:
-            answers.append(call.result)
             latencies.append(decision_seconds(sample, judges) + spent + call.latency)
         else:
             fallbacks += 1
-            answers.append(sample.local)
             latencies.append(sample.local_latency + spent + call.latency)
-    scores = evaluate_slu([s.reference for s in samples], answers)
+    scores = evaluate_slu([s.reference for s in samples], answers(samples, calls, offload))
     stats = LatencyStats.from_seconds(latencies)
     target = np.array([s.bad() for s in samples], dtype=bool)
     return Outcome(name, float(np.mean(offload)), scores.wer, scores.intent_accuracy, stats.mean,
                    mean_rtf(latencies, [s.duration for s in samples]), scores.slu_f1, stats.p50, stats.p90,
                    fallbacks, threshold, _share(offload[target]), _share(offload[~target]))
+
+
+def answers(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], offload: np.ndarray) -> list[SluResult]:
+    """What the user gets: the cloud's answer where offloaded and answered, else the local one."""
+    return [call.result if off and call.ok else sample.local for sample, call, off in zip(samples, calls, offload)]
+
+
+def intent_right(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], offload: np.ndarray) -> np.ndarray:
+    """Per utterance: is the answer's intent the reference's."""
+    return np.array([a.intent == s.reference.intent for a, s in zip(answers(samples, calls, offload), samples)])
 
 
 def _share(offloaded: np.ndarray) -> float | None:
@@ -195,22 +202,29 @@ class EitherScorer:
         return EitherPolicy(tuple(scorer.policy(scale) for scorer, scale in self.parts), threshold, self.name)
 
 
+def design_scores(samples: Sequence[OfframpSample], scorer: Scorer | EitherScorer) -> np.ndarray:
+    """Per utterance, the score a design's threshold is compared with (inf: nothing to judge, offload first)."""
+    scoring = scorer.policy(threshold=np.inf)  # only its scores are read
+    return np.array([scoring.score(h, s.duration) if h else np.inf
+                     for h, s in zip(hypotheses(samples, scorer.judges), samples)], dtype=np.float64)
+
+
 def table5(samples: Sequence[OfframpSample], calls: Sequence[CloudCall], scorers: Sequence[Scorer | EitherScorer],
-           on_device: Outcome, all_offload: Outcome, count: int = 4) -> dict[str, dict[str, Outcome | None]]:
+           on_device: Outcome, all_offload: Outcome, count: int = 4,
+           scores: Mapping[str, np.ndarray] | None = None) -> dict[str, dict[str, Outcome | None]]:
     """{WER target: {design: outcome}}: for each target between device and cloud WER, each design's least
-    offloading that meets it, thresholds tuned on these utterances as the paper's Table 5 (None: unreachable)."""
+    offloading that meets it, thresholds tuned on these utterances as the paper's Table 5 (None: unreachable).
+    `scores`: the designs' `design_scores` where already computed."""
     local, cloud, words = edit_totals(samples, calls)
     totals = (local.sum(), cloud.sum(), words.sum())
+    scores = scores or {scorer.name: design_scores(samples, scorer) for scorer in scorers}
     table: dict[str, dict[str, Outcome | None]] = {}
     for target in wer_targets(totals[0] / totals[2], totals[1] / totals[2], count):
         p = naive_probability(*totals, target)
         row: dict[str, Outcome | None] = {"NaiveHybrid": naive_expected(p, on_device, all_offload, totals)
                                           if p is not None else None}
         for scorer in scorers:
-            scoring = scorer.policy(threshold=np.inf)  # only its scores are read
-            scores = [scoring.score(h, s.duration) if h else np.inf
-                      for h, s in zip(hypotheses(samples, scorer.judges), samples)]
-            cal = for_wer(offload_curve(scores, local, cloud, words), target)
+            cal = for_wer(offload_curve(scores[scorer.name], local, cloud, words), target)
             row[scorer.name] = run_policy(scorer.policy(cal.threshold), samples, calls, cal.threshold) if cal else None
         table[f"{target:.4f}"] = row
     return table

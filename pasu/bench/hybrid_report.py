@@ -68,6 +68,38 @@ def yardsticks_text(sticks: dict) -> str:
     return "\n".join(lines)
 
 
+def intervals_text(result: dict) -> str:
+    """The bootstrap intervals of one network's result in hybrid.json: Table 5's ratios to NaiveHybrid and the
+    Offload-M intent gaps, each with the share of resamples that met its bar."""
+    spans = result["intervals"]
+    draws, level = spans["draws"], spans["level"]
+    table = result["table5"]
+    lines = [f"Table 5 as x NaiveHybrid's offload: measured [{level:.0%} interval over {draws} bootstrap resamples "
+             "of the utterances] and the share of resamples at or under 0.6x:",
+             f"{'design':<24}" + "".join(f"{'WER<=' + t:>24}" for t in table)]
+    for design, row in spans["table5"].items():
+        cells = []
+        for target, span in zip(table.values(), row):
+            ours, naive = target.get(design), target.get("NaiveHybrid")
+            point = "-" if not (ours and naive and naive["offload_ratio"]) else \
+                f"{ours['offload_ratio'] / naive['offload_ratio']:.2f}"
+            cells.append(f"{point:>6} [{_ratio(span['low'])}-{_ratio(span['high'])}]{span['meeting']:>5.0%}")
+        lines.append(f"{design:<24}" + "".join(f"{c:>24}" for c in cells))
+    designs = {o["design"]: o for o in result["designs"]}
+    every = designs["AllOffload"]["intent_accuracy"]
+    lines.append(f"\nOffload-M intent accuracy minus AllOffload's, points: measured [{level:.0%} interval] and the "
+                 "share of resamples within 1 point:")
+    for design, span in spans["offload_m_intent"].items():
+        gap = 100 * (designs[design]["intent_accuracy"] - every)
+        lines.append(f"{design:<24}{gap:>+6.1f} [{100 * span['low']:+.1f}, {100 * span['high']:+.1f}]"
+                     f"{span['meeting']:>6.0%}")
+    return "\n".join(lines)
+
+
+def _ratio(x: float) -> str:
+    return "inf" if x == float("inf") else f"{x:.2f}"
+
+
 def checks_text(checks: Sequence[tuple[str, bool | None]]) -> str:
     mark = {True: "PASS", False: "FAIL", None: "n/a "}
     return "\n".join(f"  [{mark[ok]}] {text}" for text, ok in checks)

@@ -16,7 +16,8 @@ from pasu.device.offramp_train import OfframpTrainOptions, fit_offramps
 from pasu.models.data import Utterance
 
 from pasu.bench.hybrid import evaluate_profile, offload_all
-from pasu.bench.hybrid_report import yardsticks_text
+from pasu.bench.hybrid_report import intervals_text, yardsticks_text
+from pasu.bench.intervals import ResampleOptions
 from pasu.bench.hybrid_eval import CloudCall, combine, table5
 from pasu.metrics import SluResult
 import pasu_tests_cloud_support  # loaded by tests/conftest.py
@@ -115,8 +116,15 @@ def test_a_small_run_through_a_real_server_and_the_network_proxy(tmp_path):
     old = replace(trained, report={k: v for k, v in trained.report.items() if k not in ("bilstm_late", "ppl_end")},
                   bilstm_late=None, bilstm_end=None)
     priced = evaluate_profile([sample(i, i % 4 == 0, width) for i in range(8)], [CloudCall(True, 0.1, REF)] * 8,
-                              old, intent)
+                              old, intent, ResampleOptions(draws=50))
     assert priced["table5"] and all({"Ours-CNN", "Late-BiLSTM"} <= row.keys() for row in priced["table5"].values())
+    # how far Table 5's ratios and the Offload-M intent gaps move when the utterances are drawn again
+    spans = json.loads(json.dumps(priced["intervals"]))
+    assert spans["draws"] == 50 and len(spans["table5"]["Ours-PPL"]) == len(priced["table5"])
+    assert "Ours-PPL per token" not in spans["table5"] and "Ours-PPL-M" in spans["offload_m_intent"]
+    text = intervals_text({**priced, "intervals": spans})
+    assert "Ours-PPL" in text and "Ours-PPL-M" in text and "50 bootstrap resamples" in text
+    assert result["intervals"] is None  # none asked for
     assert not any(d["design"].startswith(("Late-BiLSTM", "End-")) for d in priced["designs"])
     for name in ("Ours-Intent-M", "Ours-PPL+Intent-M", "Ours-BiLSTM+Intent-M"):
         assert any(c["check"].startswith(f"{name}: intent accuracy") for c in result["checks"])

@@ -55,3 +55,14 @@ def test_wer_targets_lie_strictly_between_cloud_and_device():
 def test_selectivity_reports_auc_and_none_for_a_single_class():
     assert selectivity([0.9, 0.8, 0.1, 0.2], [True, True, False, False])["roc_auc"] == 1.0
     assert selectivity([0.9, 0.1], [True, True])["roc_auc"] is None
+
+
+def test_curve_matches_offloading_each_threshold_one_by_one_with_ties_and_unscored_utterances():
+    rng = np.random.default_rng(3)
+    scores = np.append(rng.integers(0, 20, 300).astype(float), [np.inf, np.inf])  # ties; inf: no hypothesis
+    local, cloud, words = rng.integers(0, 5, 302), rng.integers(0, 3, 302), rng.integers(1, 9, 302)
+    curve = offload_curve(scores, local, cloud, words)
+    for t, ratio, wer in zip(curve.thresholds, curve.offload_ratio, curve.wer):
+        off = scores > t
+        assert ratio == pytest.approx(off.mean())
+        assert wer == pytest.approx((local[~off].sum() + cloud[off].sum()) / words.sum())
