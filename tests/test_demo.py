@@ -13,7 +13,7 @@ def test_the_demo_plays_the_intent_check_when_the_model_has_its_reader(tmp_path,
     from pasu.demo import DemoOptions, demo_policy
     from pasu.models.intent_reader import IntentReader, ReaderOptions
     from pasu.device.intent_offramp import INTENT_EVIDENCE, IntentErrorModel, IntentMixture
-    from pasu.device.routing import PerplexityOfframp
+    from pasu.device.routing import perplexity_offramp
     from pasu.device.runtime import DeviceModel
 
     import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
@@ -27,7 +27,7 @@ def test_the_demo_plays_the_intent_check_when_the_model_has_its_reader(tmp_path,
     report = {"calibration_version": CALIBRATION_VERSION, "ppl": support.offramp_levels(4.0, 3.0, 2.5)}
     (tmp_path / "offramp" / "offramp.json").write_text(json.dumps(report))
     without_reader = demo_policy(model, tmp_path, DemoOptions())
-    assert isinstance(without_reader.offramp, PerplexityOfframp)  # no intent reader: perplexity, at its Offload-M
+    assert without_reader.offramp == perplexity_offramp("pilot")  # no intent reader: perplexity, at its Offload-M
     assert without_reader.threshold == 3.0 and "no intent check" in capsys.readouterr().err
     assert demo_policy(model, tmp_path, DemoOptions(policy="ppl", level="L")).threshold == 4.0
     reader = IntentReader.fit(["wake me up at five", "play the radio"], ["alarm_set", "play_radio"],

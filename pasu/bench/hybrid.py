@@ -261,12 +261,12 @@ def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOff
     from pasu.device.offramp_train import threshold, yardsticks
     from pasu.device.routing import AllOffload, OnDevice, PerplexityOfframp
 
-    ppl, bilstm, cnn, report = PerplexityOfframp(), offramps.bilstm, offramps.cnn, offramps.report
+    bilstm, cnn, report = offramps.bilstm, offramps.cnn, offramps.report
     on_device = run_policy(OnDevice(name="Ours-NoOffload"), samples, calls)
     all_offload = run_policy(AllOffload(), samples, calls)
     designs = [on_device, all_offload]
     late_bilstm = word_scorer("Late-BiLSTM", offramps.late_network(), "final")
-    scorers = {"ppl": Scorer("Ours-PPL", ppl), "bilstm": Scorer("Ours-BiLSTM", bilstm)}
+    scorers = {"ppl": ppl_scorer("Ours-PPL", "pilot"), "bilstm": Scorer("Ours-BiLSTM", bilstm)}
     if offramps.bilstm_end is not None and "ppl_end" in report and all(s.end_decision_at is not None for s in samples):
         scorers["ppl_end"] = ppl_scorer("End-PPL", "end")  # folders and replays from before stop 68 have none
         scorers["bilstm_end"] = word_scorer("End-BiLSTM", offramps.bilstm_end, "end")
@@ -297,7 +297,7 @@ def evaluate_profile(samples: list, calls: list[CloudCall], offramps: TrainedOff
     naive_line = [naive_expected(p, on_device, all_offload, totals) for p in np.linspace(0, 1, 11)]
     scorers = [*scorers.values(), *([] if "bilstm_late" in scorers else [late_bilstm]),
                # the paper's per-hypothesis scores, to show what weighing by length changes
-               Scorer("Ours-PPL per token", ppl, weighing="none"),
+               Scorer("Ours-PPL per token", PerplexityOfframp(), weighing="none"),
                Scorer("Ours-BiLSTM per token", bilstm, weighing="none")]
     scores = {scorer.name: design_scores(samples, scorer) for scorer in scorers}
     t5 = table5(samples, calls, scorers, on_device, all_offload, scores=scores)

@@ -23,7 +23,7 @@ from pasu.device.offramp_train import (
     yardsticks,
 )
 from pasu.device.intent_offramp import IntentOfframp
-from pasu.device.routing import OfframpPolicy, PerplexityOfframp, RoutingOptions, intent_policy
+from pasu.device.routing import OfframpPolicy, RoutingOptions, intent_policy, perplexity_offramp
 
 from pasu.metrics import SluResult
 
@@ -142,7 +142,7 @@ def test_thresholds_are_in_the_policys_units(tmp_path):
     samples = [dataclasses.replace(s, duration=1.0 + (i % 3)) for i, s in enumerate(split())]
     report = fit_offramps(samples, OfframpTrainOptions(bilstm=TrainOptions(epochs=5), folds=3)).report
     cal = report["ppl"]["levels"]["M"]
-    policy = OfframpPolicy(PerplexityOfframp(), cal["threshold"])
+    policy = OfframpPolicy(perplexity_offramp("pilot"), cal["threshold"])
     offloaded = [policy.decide(s.early.hypothesis(), s.duration).offload for s in samples]
     assert np.mean(offloaded) == pytest.approx(cal["offload_ratio"])
 
@@ -234,12 +234,15 @@ def test_words_or_intent_is_calibrated_as_the_union_of_both_checks():
     for level in ("L", "M", "H"):
         parts = either_thresholds(report, "ppl_intent", level)
         policy = RoutingOptions(policy="ppl+intent", threshold=parts["ppl"], intent_threshold=parts["intent"])
-        assert offloaded(policy.make_policy(intent)).mean() == pytest.approx(both["levels"][level]["offload_ratio"])
+        # calibration compares score / scale with the level's threshold, the agent score with threshold x scale: the
+        # utterance whose score set the threshold may round either way
+        ratio = offloaded(policy.make_policy(intent)).mean()
+        assert abs(ratio - both["levels"][level]["offload_ratio"]) <= 1 / len(samples) + 1e-9
     # at the scales themselves, each part at its own Offload-M: what either part offloads
     scales = both["scales"]
     union = offloaded(RoutingOptions(policy="ppl+intent", threshold=scales["ppl"],
                                      intent_threshold=scales["intent"]).make_policy(intent))
-    ppl_m = offloaded(OfframpPolicy(PerplexityOfframp(), scales["ppl"]))
+    ppl_m = offloaded(OfframpPolicy(perplexity_offramp("pilot"), scales["ppl"]))
     intent_m = offloaded(intent_policy(intent, scales["intent"]))
     assert (union == (ppl_m | intent_m)).all() and union.sum() > max(ppl_m.sum(), intent_m.sum())
     assert set(both["wer_targets"]) == set(report["ppl"]["wer_targets"])

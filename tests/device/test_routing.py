@@ -63,13 +63,27 @@ def test_a_hypothesis_of_the_whole_input_is_weighed_by_its_tokens():
     late = RoutingOptions(policy="ppl-late", threshold=2.1).make_policy()
     assert late.score(hypothesis, 3.0) == pytest.approx(2.0) and not late.decide(hypothesis, 10.0).offload
     pilot = RoutingOptions(policy="ppl", threshold=1.0).make_policy()
-    assert pilot.score(hypothesis, 3.0) == pytest.approx(math.exp(2.0 / 3) * 3.0)
+    assert pilot.score(hypothesis, 3.0) == pytest.approx((0.5 + 1.0) / 2 * 3.0)  # its words' surprisal x seconds
     doubt = PerplexityOfframp()  # any offramp: the BiLSTM's probability is weighed the same way
     for policy, weighed in (("bilstm", 5.0), ("bilstm-end", 3), ("bilstm-late", 3)):  # 5 s, 3 tokens (<eos>)
         scored = RoutingOptions(policy=policy, threshold=0.5).make_policy(bilstm=doubt).score(hypothesis, 5.0)
         assert scored == pytest.approx(doubt.score(hypothesis) * weighed)
     nothing = Hypothesis((), 0.0, False, (), ())
     assert end.score(nothing, 3.0) == math.inf and end.decide(nothing, 3.0).offload  # nothing heard: offload
+
+
+def test_a_pilot_is_judged_on_its_words_whether_or_not_it_ended():
+    """A pilot's <eos> score says whether the command sounded finished when it ran, not whether its words are right:
+    the pilot stopped by the token cap and the one that ended score the same words the same."""
+    policy = RoutingOptions(policy="ppl", threshold=1.0).make_policy()
+    capped = Hypothesis((4, 5), 0.0, False, (-0.2, -0.6), (-0.1, -0.1))
+    ended = Hypothesis((4, 5), 0.0, True, (-0.2, -0.6, -6.0), (-0.1, -0.1))
+    assert policy.score(capped, 2.0) == pytest.approx(policy.score(ended, 2.0)) == pytest.approx(0.8)
+    only_end = Hypothesis((), 0.0, True, (-0.3,), ())
+    assert policy.score(only_end, 2.0) == math.inf  # no words heard yet: nothing to trust
+    # the end-of-speech pilot heard the whole command: its <eos> counts
+    end = RoutingOptions(policy="ppl-end", threshold=1.0).make_policy()
+    assert end.score(ended, 2.0) > end.score(capped, 2.0)
 
 
 def test_an_offramp_policy_without_its_threshold_says_which_is_missing():
@@ -151,12 +165,12 @@ def test_the_cli_offers_every_policy():
 
 def test_the_ppl_and_intent_policy_offloads_when_either_check_fires():
     """Right words under a doubtful intent, or a sure intent over doubtful words: both go to the cloud."""
-    routing = RoutingOptions(policy="ppl+intent", threshold=2 * math.e, intent_threshold=0.4)
+    routing = RoutingOptions(policy="ppl+intent", threshold=2.0, intent_threshold=0.4)
     with pytest.raises(ValueError, match="pasu offramp train"):
         routing.make_policy()
-    sure_words = Hypothesis((5, 6), 0.0, True, token_att=(-0.01, -0.01, -0.01))  # perplexity about 1
-    doubtful_words = Hypothesis((5, 6), 0.0, True, token_att=(-1.0, -1.0, -1.0))  # perplexity e
-    seconds = 3.0  # perplexity e x 3 s > 2e, 1 x 3 s not; P(intent wrong) 0.5 > 0.4, 0.2 not (not weighed)
+    sure_words = Hypothesis((5, 6), 0.0, True, token_att=(-0.01, -0.01, -0.01))  # a word's surprisal about 0
+    doubtful_words = Hypothesis((5, 6), 0.0, True, token_att=(-1.0, -1.0, -1.0))  # 1 nat a token
+    seconds = 3.0  # 1 nat x 3 s > 2, 0.01 x 3 s not; P(intent wrong) 0.5 > 0.4, 0.2 not (not weighed)
     decide = lambda hypothesis, doubt: routing.make_policy(FixedDoubt(doubt)).decide(hypothesis, seconds).offload
     assert decide(doubtful_words, 0.2) and decide(sure_words, 0.5) and decide(doubtful_words, 0.5)
     assert not decide(sure_words, 0.2)
