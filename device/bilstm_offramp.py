@@ -29,14 +29,25 @@ class BiLstmConfig:
     input_size: int = 2  # [attention log-prob, CTC prefix-score increment] per token
 
 
-def token_features(hypothesis: Hypothesis | HypothesisFeatures) -> np.ndarray:
-    """(L, 2) float32: per-token attention log-prob and CTC increment, clipped to [LOGP_FLOOR, 0]."""
+def token_features(hypothesis: Hypothesis | HypothesisFeatures, with_end: bool = True) -> np.ndarray:
+    """(L, 2) float32: per-token attention log-prob and CTC increment, clipped to [LOGP_FLOOR, 0]; without
+    `with_end`, the <eos> step left out."""
     att = np.asarray(hypothesis.token_att, dtype=np.float64)
+    if not with_end:
+        att = att[:len(hypothesis.tokens)]
     ctc = np.zeros_like(att)
     n = min(len(att), len(hypothesis.token_ctc))
     ctc[:n] = np.asarray(hypothesis.token_ctc[:n], dtype=np.float64)  # no CTC record (weight 0): zeros
     features = np.stack([att, ctc], axis=1) if len(att) else np.zeros((1, 2))  # an empty hypothesis: one blank step
     return np.clip(np.nan_to_num(features, neginf=LOGP_FLOOR), LOGP_FLOOR, 0.0).astype(np.float32)
+
+
+def pilot_features(hypothesis: Hypothesis | HypothesisFeatures) -> np.ndarray:
+    """A pilot's `token_features` over its words: its <eos> step, which only the pilots that ended before the
+    token cap have, says whether the command sounded finished when it ran, not whether its words are right (on
+    all 2,033 `dev` replays, two seeds, 0.60 / 0.67x NaiveHybrid at the fourth WER target with it, 0.59 / 0.63x
+    without: the offramp's calibration log)."""
+    return token_features(hypothesis, with_end=False)
 
 
 class BiLstmNet(nn.Module):
@@ -63,7 +74,7 @@ class BiLstmOfframp(LearnedOfframp):
     config_file = "bilstm.json"
     net_class = BiLstmNet
     config_class = BiLstmConfig
-    features = staticmethod(token_features)
+    features = staticmethod(pilot_features)
 
 
 class LateBiLstmOfframp(BiLstmOfframp):
@@ -74,6 +85,7 @@ class LateBiLstmOfframp(BiLstmOfframp):
     weights_file = "bilstm_late.pt"
     config_file = "bilstm_late.json"
     judges = "final"
+    features = staticmethod(token_features)  # it heard the whole command: its <eos> counts
 
 
 class EndBiLstmOfframp(BiLstmOfframp):
@@ -83,6 +95,7 @@ class EndBiLstmOfframp(BiLstmOfframp):
     weights_file = "bilstm_end.pt"
     config_file = "bilstm_end.json"
     judges = "end"
+    features = staticmethod(token_features)  # as the full decode's
 
 
 def train(sequences: Sequence[np.ndarray], labels: np.ndarray, options: TrainOptions = TrainOptions(),

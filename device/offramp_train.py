@@ -62,8 +62,9 @@ THRESHOLDS = "offramp.json"
 # 5: the intent check is a fitted P(intent wrong) (intent_offramp.IntentOfframp), not weighed by length; 6: the
 # checks of a hypothesis of the whole input (the full decode's: ppl_late, bilstm_late) are weighed by its tokens,
 # the PPL one in log units (routing.weighing_for, perplexity_offramp); 7: the last pilot's PPL is in log units too,
-# over its words without <eos> (routing.perplexity_offramp), so the ppl and ppl_intent thresholds moved.
-CALIBRATION_VERSION = 7
+# over its words without <eos> (routing.perplexity_offramp), so the ppl and ppl_intent thresholds moved; 8: the
+# pilot's BiLSTM reads its words without <eos> too (bilstm_offramp.pilot_features).
+CALIBRATION_VERSION = 8
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from sklearn.model_selection import KFold
 
-from pasu.device.bilstm_offramp import token_features, train
+from pasu.device.bilstm_offramp import pilot_features, train
 from pasu.bench.hybrid import load_offloads
 from pasu.bench.hybrid_eval import edit_totals
 from pasu.device.calibration import OFFLOAD_LEVELS, for_wer, naive_probability, offload_curve, wer_targets
@@ -65,7 +65,7 @@ def main() -> None:
     words = np.array([fit[i].ref_words for i in cal], float)
     seconds = np.array([fit[i].duration for i in cal])
     targets = wer_targets(local.sum() / words.sum(), cloud.sum() / words.sum())
-    sequences = [token_features(s.early) for s in fit]
+    sequences = [pilot_features(s.early) for s in fit]
 
     def row(name: str, scores: np.ndarray) -> None:
         ratios = table5_ratios(weigh_by_length(scores, seconds), local, cloud, words)
@@ -147,7 +147,7 @@ def price_on_test(run: Path, profile: str, sequences: list[np.ndarray], labels: 
                             for s, c, r in zip(samples, calls, local_right)])
     print(f"{run}: {len(samples)} `test` replays; WER targets " + " / ".join(f"{100 * t:.1f}%" for t in targets)
           + f"; AllOffload intent {cloud_right.mean():.1%}")
-    test_sequences = [token_features(s.early) for s in samples]
+    test_sequences = [pilot_features(s.early) for s in samples]
     for name, labels_ in labels.items():
         scores = weigh_by_length(train(sequences, labels_).probabilities(test_sequences), seconds)
         ratios = table5_ratios(scores, local, cloud, words)
@@ -181,7 +181,7 @@ def pilot_evidence(samples: list) -> np.ndarray:
 
     rows = []
     for s in samples:
-        f = token_features(s.early)
+        f = pilot_features(s.early)
         rows.append([f[:, 0].mean(), f[:, 0].min(), f[:, 1].mean(), f[:, 1].min(), len(f), s.duration, s.early.ended])
     return np.c_[np.array(rows, float), np.log(np.minimum(ppl_scores(samples), 1e6))]
 

@@ -7,6 +7,9 @@ from pasu.device.bilstm_offramp import (
     LOGP_FLOOR,
     BiLstmNet,
     BiLstmOfframp,
+    EndBiLstmOfframp,
+    LateBiLstmOfframp,
+    pilot_features,
     token_features,
     train,
 )
@@ -42,6 +45,15 @@ def test_features_pair_attention_and_ctc_and_clip_impossible_tokens():
     assert x[0].tolist() == [np.float32(-0.1), np.float32(-0.5)]
     assert x[1, 1] == LOGP_FLOOR and x[2, 0] == LOGP_FLOOR
     assert token_features(Hypothesis((), 0.0, False)).shape == (1, 2)  # nothing decoded yet: one blank step
+
+
+def test_a_pilots_network_reads_its_words_and_the_whole_inputs_networks_its_eos_too():
+    ended = Hypothesis((1, 2), 0.0, True, token_att=(-0.1, -2.0, -7.0), token_ctc=(-0.5, -0.4))
+    capped = Hypothesis((1, 2), 0.0, False, token_att=(-0.1, -2.0), token_ctc=(-0.5, -0.4))
+    assert (pilot_features(ended) == pilot_features(capped)).all() and pilot_features(ended).shape == (2, 2)
+    assert BiLstmOfframp.features(ended).shape == (2, 2)
+    assert LateBiLstmOfframp.features(ended).shape == EndBiLstmOfframp.features(ended).shape == (3, 2)
+    assert pilot_features(Hypothesis((), 0.0, True, token_att=(-0.2,))).shape == (1, 2)  # only <eos>: a blank step
 
 
 def test_training_separates_runs_of_unlikely_tokens_on_held_out_data(tmp_path):

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from pasu.device.bilstm_offramp import BiLstmOfframp, EndBiLstmOfframp, LateBiLstmOfframp, token_features
+from pasu.device.bilstm_offramp import BiLstmOfframp, EndBiLstmOfframp, LateBiLstmOfframp, pilot_features
 from pasu.device.offramp_net import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_train import (
@@ -64,10 +64,13 @@ def test_training_and_calibration_on_a_small_split(tmp_path):
         for target, cal in report[name]["wer_targets"].items():
             assert cal is not None and cal["wer"] <= float(target) + 1e-9
             assert cal["offload_ratio"] <= 0.55  # a selective offramp offloads little more than the bad half
-    # the late network learns the full decodes: here they equal the pilots, so it is the pilots' network; its
-    # thresholds are weighed by the full decode's tokens, not the seconds
+    # the late network learns the full decodes: here they equal the pilots, so it learns what the pilots' network
+    # learns (reading their <eos>, which a pilot's network leaves out); its thresholds are weighed by the full
+    # decode's tokens, not the seconds
     pilots = [s.early.hypothesis() for s in split(4, seed=2)]
-    assert [trained.bilstm_late.score(h) for h in pilots] == pytest.approx([bilstm.score(h) for h in pilots])
+    late, early = [trained.bilstm_late.score(h) for h in pilots], [bilstm.score(h) for h in pilots]
+    assert [s > 0.5 for s in late] == [s > 0.5 for s in early] == [False, True, False, True]
+    assert late != early  # the same recipe on other inputs
     for level, ratio in (("L", 0.25), ("M", 0.47), ("H", 0.63)):
         assert abs(report["bilstm_late"]["levels"][level]["offload_ratio"] - ratio) <= 0.05
     trained.save(tmp_path / "offramp")
@@ -349,7 +352,7 @@ def test_the_bilstm_can_learn_the_local_wer_itself():
     trained = fit_offramps(graded_split(90, seed=0), options, [0] * 90)
     assert trained.report["bilstm"]["train"]["label"] == "wer"
     held = graded_split(60, seed=1)
-    scores = trained.bilstm.probabilities([token_features(s.early) for s in held])
+    scores = trained.bilstm.probabilities([pilot_features(s.early) for s in held])
     mean = {edits: scores[[s.local_edits == edits for s in held]].mean() for edits in (0, 1, 4)}
     # unbalanced soft labels: the score estimates the WER (the paper's label puts both wrong thirds near 1)
     assert mean[0] == pytest.approx(0.0, abs=0.1)
