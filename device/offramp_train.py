@@ -192,7 +192,6 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     with_end = all(s.end_decision_at is not None for s in fit)
     bilstm_end, oof_end = _fit_learned(EndBiLstmOfframp, EndBiLstmOfframp.train, options.bilstm, fit, kept,
                                        options) if with_end else (None, None)
-    seconds = np.array([s.duration for s in kept])  # thresholds are on the policy's length-weighted scores
 
     def calibrated(name: str, scores: np.ndarray, judges: Judged = "pilot") -> dict[str, Any]:
         return calibrate(name, weighed_scores(scores, kept, judges), kept, options.levels, cloud_edits, bad_wer)
@@ -231,7 +230,8 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         # words or intent: each check at its own Offload-M threshold counts as 1 (routing.EitherPolicy)
         for words, scores in (("ppl", ppl), ("bilstm", oof)):
             scales = {words: threshold(report, words, "M"), "intent": threshold(report, "intent", "M")}
-            either = EitherPolicy.combine([weigh_by_length(scores, seconds), wrong_scores], list(scales.values()))
+            either = EitherPolicy.combine([weighed_scores(scores, kept, "pilot"), wrong_scores],
+                                          list(scales.values()))
             report[f"{words}_intent"] = {"scales": scales, **calibrate(f"{words} or intent", either, kept,
                                                                        options.levels, cloud_edits, bad_wer)}
     if cloud_edits is not None:

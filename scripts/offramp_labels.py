@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from sklearn.model_selection import KFold
 
-from pasu.device.bilstm_offramp import pilot_features, train
+from pasu.device.bilstm_offramp import pilot_features, token_features, train
 from pasu.bench.hybrid import load_offloads
 from pasu.bench.hybrid_eval import edit_totals
 from pasu.device.calibration import OFFLOAD_LEVELS, for_wer, naive_probability, offload_curve, wer_targets
@@ -181,9 +181,9 @@ def pilot_evidence(samples: list) -> np.ndarray:
 
     rows = []
     for s in samples:
-        f = pilot_features(s.early)
+        f = token_features(s.early)
         rows.append([f[:, 0].mean(), f[:, 0].min(), f[:, 1].mean(), f[:, 1].min(), len(f), s.duration, s.early.ended])
-    return np.c_[np.array(rows, float), np.log(np.minimum(ppl_scores(samples), 1e6))]
+    return np.c_[np.array(rows, float), np.minimum(ppl_scores(samples), np.log(1e6))]  # already in log units
 
 
 def word_evidence(samples: list, corpus: Path) -> np.ndarray:

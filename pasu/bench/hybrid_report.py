@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pasu.bench.figures import pyplot, save_figure
-from pasu.bench.hybrid_eval import Outcome
+from pasu.bench.hybrid_eval import INTENT_SLACK, OFFLOAD_BAR, Outcome
 
 
 def _ms(seconds: float | None) -> str:
@@ -75,7 +75,7 @@ def intervals_text(result: dict) -> str:
     draws, level = spans["draws"], spans["level"]
     table = result["table5"]
     lines = [f"Table 5 as x NaiveHybrid's offload: measured [{level:.0%} interval over {draws} bootstrap resamples "
-             "of the utterances] and the share of resamples at or under 0.6x:",
+             f"of the utterances] and the share of resamples at or under {OFFLOAD_BAR}x:",
              f"{'design':<24}" + "".join(f"{'WER<=' + t:>24}" for t in table)]
     for design, row in spans["table5"].items():
         cells = []
@@ -88,7 +88,7 @@ def intervals_text(result: dict) -> str:
     designs = {o["design"]: o for o in result["designs"]}
     every = designs["AllOffload"]["intent_accuracy"]
     lines.append(f"\nOffload-M intent accuracy minus AllOffload's, points: measured [{level:.0%} interval] and the "
-                 "share of resamples within 1 point:")
+                 f"share of resamples within {100 * INTENT_SLACK:g} point:")
     for design, span in spans["offload_m_intent"].items():
         gap = 100 * (designs[design]["intent_accuracy"] - every)
         lines.append(f"{design:<24}{gap:>+6.1f} [{100 * span['low']:+.1f}, {100 * span['high']:+.1f}]"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pasu.bench.hybrid_eval import INTENT_SLACK, OFFLOAD_BAR
 from pasu.device.calibration import for_wer, naive_probability, offload_curve, wer_targets
 
 
@@ -48,7 +49,7 @@ def interval(values: np.ndarray, met: np.ndarray, level: float) -> Interval:
 
 
 def table5_intervals(scores: Mapping[str, np.ndarray], local: np.ndarray, cloud: np.ndarray, words: np.ndarray,
-                     options: ResampleOptions, count: int = 4, bar: float = 0.6) -> dict[str, list[Interval]]:
+                     options: ResampleOptions, count: int = 4, bar: float = OFFLOAD_BAR) -> dict[str, list[Interval]]:
     """{design: per WER target, its offload as a multiple of NaiveHybrid's}, each design's `scores` ranking the
     utterances (higher: offload first) with their local and cloud word edits and reference words. A resample
     where a design or NaiveHybrid cannot reach a target counts as missing the bar."""
@@ -68,7 +69,7 @@ def table5_intervals(scores: Mapping[str, np.ndarray], local: np.ndarray, cloud:
 
 
 def gap_interval(right: np.ndarray, reference_right: np.ndarray, options: ResampleOptions,
-                 bar: float = -0.01) -> Interval:
+                 bar: float = -INTENT_SLACK) -> Interval:
     """A design's accuracy minus a reference's on the same utterances (per utterance: right or not), and how
     often it stays at or above `bar` (Offload-M: within 1 point of AllOffload)."""
     diff = np.asarray(right, float) - np.asarray(reference_right, float)
