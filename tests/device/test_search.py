@@ -32,6 +32,12 @@ def _same_or_better(result, reference_result) -> bool:
     return best.tokens == ref.tokens or best.score > ref.score + 1e-4
 
 
+def _nbest_scores(espnet_hyps) -> list[float]:
+    """ESPnet's five best scores: compared within 1e-3, not rounded to 3 places, since our float64 CTC and its
+    float32 one can put a score either side of a rounding boundary."""
+    return [float(h.score) for h in espnet_hyps[:5]]
+
+
 def test_with_speedups_off_it_is_espnets_batch_beam_search(tiny_model, encoded, vanilla):
     espnet = tiny_model.espnet_search(beam_size=5, ctc_weight=0.3, batch=True)
     for enc, ours in zip(encoded, vanilla):
@@ -39,7 +45,7 @@ def test_with_speedups_off_it_is_espnets_batch_beam_search(tiny_model, encoded, 
             hyps = espnet(x=enc, maxlenratio=0.0, minlenratio=0.0)
         assert [int(t) for t in hyps[0].yseq[1:-1]] == list(ours.best.tokens)
         assert float(hyps[0].score) == pytest.approx(ours.best.score, abs=1e-4)
-        assert [round(float(h.score), 3) for h in hyps[:5]] == [round(h.score, 3) for h in ours.hypotheses[:5]]
+        assert _nbest_scores(hyps) == pytest.approx([h.score for h in ours.hypotheses[:5]], abs=1e-3)
 
 
 def test_beam_collapse_with_the_right_reference_follows_it(tiny_model, encoded, vanilla):
@@ -199,7 +205,7 @@ def test_with_an_lm_it_is_espnets_batch_beam_search_with_that_lm(with_lm, encode
         with torch.inference_mode():
             hyps = espnet(x=enc, maxlenratio=0.0, minlenratio=0.0)
         assert [int(t) for t in hyps[0].yseq[1:-1]] == list(ours.best.tokens)
-        assert [round(float(h.score), 3) for h in hyps[:5]] == [round(h.score, 3) for h in ours.hypotheses[:5]]
+        assert _nbest_scores(hyps) == pytest.approx([h.score for h in ours.hypotheses[:5]], abs=1e-3)
         changed += ours.best.tokens != v.best.tokens
     assert changed  # the LM has a say
 
