@@ -91,6 +91,18 @@ def test_the_demo_fuses_an_lm_into_the_final_decode_only():
     assert with_lm.pilot == AgentOptions().pilot  # the pilots the offramps read stay as they were
 
 
+def test_the_demo_gives_a_slow_cloud_time_to_answer_and_a_given_deadline_wins(capsys):
+    """Its cloud shares the machine's cores: a 2.5-s warm-up must not turn every offload into a fallback."""
+    from pasu.demo import DEADLINE_MARGIN, with_deadline
+    from pasu.device.agent import AgentOptions
+
+    own = AgentOptions().cloud_deadline_s
+    assert with_deadline(AgentOptions(), None, 0.5).cloud_deadline_s == own  # a fast cloud: the agent's own
+    assert with_deadline(AgentOptions(), None, 2.5).cloud_deadline_s == pytest.approx(DEADLINE_MARGIN * 2.5)
+    assert with_deadline(AgentOptions(), 0.3, 2.5).cloud_deadline_s == 0.3  # --cloud-deadline
+    assert "offload deadline 0.30 s" in capsys.readouterr().err
+
+
 def test_the_demo_refuses_an_lm_over_other_tokens_before_it_starts(tmp_path, capsys):
     from pasu.cli import main
     from pasu.settings import shipped_model
