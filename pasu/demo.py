@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the calibrated operating point: Offload-L, -M or -H, which offloaded 25%%, 47%% or 63%% of "
                         f"the model's dev calibration utterances (default {DemoOptions.level})")
     add_lm_flags(p, "; the pilots the offramps read do not change (default: none)")
-    p.add_argument("--cloud-deadline", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
                    help="the agent's budget for one offload, then it answers locally (default: the agent's 2 s, or "
                         f"{DEADLINE_MARGIN} x the warm-up round trip where longer: the demo's cloud shares this "
                         "machine's cores)")
@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
 
     options = DemoOptions(utterances=args.utterances, policy=args.policy, threshold=args.threshold,
                           level=args.level, realtime=not args.fast, lm=args.lm or "", lm_weight=args.lm_weight,
-                          cloud_deadline_s=args.cloud_deadline)
+                          cloud_deadline_s=args.deadline)
     for folder in (args.model,):
         if not (folder / "config.yaml").is_file():
             print(f"error: no model at {folder}", file=sys.stderr)

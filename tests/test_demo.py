@@ -99,7 +99,7 @@ def test_the_demo_gives_a_slow_cloud_time_to_answer_and_a_given_deadline_wins(ca
     own = AgentOptions().cloud_deadline_s
     assert with_deadline(AgentOptions(), None, 0.5).cloud_deadline_s == own  # a fast cloud: the agent's own
     assert with_deadline(AgentOptions(), None, 2.5).cloud_deadline_s == pytest.approx(DEADLINE_MARGIN * 2.5)
-    assert with_deadline(AgentOptions(), 0.3, 2.5).cloud_deadline_s == 0.3  # --cloud-deadline
+    assert with_deadline(AgentOptions(), 0.3, 2.5).cloud_deadline_s == 0.3  # --deadline
     assert "offload deadline 0.30 s" in capsys.readouterr().err
 
 
