@@ -80,6 +80,8 @@ def package_model(
             "extra_corpora": {repo_relative(c): (_corpus_summary(c) or {}).get(data.get("train_split", "train"))
                               for c in data.get("extra_corpora") or ()},
             "command": run.get("command"),
+            # starts that resumed with other learning options than the run's before them (`train.changed_options`)
+            "changed_on_resume": [s for s in run.get("starts") or () if s.get("changed")] or None,
             "train_seconds": summary.get("train_seconds"),
             "seconds_per_step": summary.get("seconds_per_step"),
             "epoch": summary.get("epoch"),
@@ -91,6 +93,17 @@ def package_model(
     results = _read_json(evaluation) if isinstance(evaluation, (str, os.PathLike)) else evaluation
     (out_dir / "README.md").write_text(model_card(config, model, results))
     return out_dir
+
+
+def _resume_lines(starts: list[dict] | None) -> list[str]:
+    """The card's note of each resume that changed the run's learning options (none: no lines)."""
+    if not starts:
+        return []
+    lines = ["", "Resumed with other options than the run's before (the recipe gives the last start's):", ""]
+    for start in starts:
+        changes = ", ".join(f"`{k}` {a!r} -> {b!r}" for k, (a, b) in start["changed"].items())
+        lines.append(f"- at step {start['step']:,}: {changes}")
+    return lines
 
 
 def inference_model_config(model_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -207,6 +220,7 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         "```",
         t.get("command") or "pasu train --config CONFIG.yaml --corpus CORPUS --out EXPDIR",
         "```",
+        *_resume_lines(t.get("changed_on_resume")),
         "",
         "## Results",
         "",

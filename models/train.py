@@ -8,12 +8,14 @@ EXPDIR layout:
     log.jsonl         one line per log interval ("train") and per dev evaluation ("dev")
     model_avg.pt      the average of the N best snapshots (ESPnet-style), written at the end
     summary.json      final dev scores, seconds per step, parameter count
-    run.json          corpus folder and command line of the latest run
+    run.json          corpus folder, the latest command line, and every start (resumes with the options they changed)
     STOP              create it (`touch EXPDIR/STOP`) to end the run cleanly (see below); removed at start
 
 Resuming: run the same command again. The model section and tokenizer stored in EXPDIR win over the
 given config (the token list must not change under a checkpoint); the training options (steps, epochs,
 intervals, threads) come from the given config, so a finished run can be extended by raising max_steps.
+A resume that changes what the run learns with (learning rate, schedule, data, seed; not its time or threads)
+logs each change and records it in run.json, whose `starts` the packaged model's card carries.
 
 Stopping early: the STOP file, a first Ctrl-C or SIGTERM end the run after the current step exactly as a
 limit does (dev evaluation, checkpoint, averaging, summary), so a stopped run can be packaged; a second
@@ -34,7 +36,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -357,8 +359,6 @@ def train(
     """Train (or resume) an experiment; `command` (the CLI line) goes into run.json for the model card."""
     corpus_dir, exp_dir = Path(corpus_dir), Path(exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
-    run_info = {"corpus": str(corpus_dir.resolve()), "command": command}
-    (exp_dir / "run.json").write_text(json.dumps(run_info, indent=2) + "\n")
     opts = config.train
     if opts.max_epochs is None and opts.max_steps is None and opts.max_minutes is None:
         raise ValueError("set train.max_epochs, train.max_steps or train.max_minutes")
@@ -374,6 +374,7 @@ def train(
     train_utts = training_utterances(corpus_dir, config.data)
     dev_utts = dev_subset(load_split(corpus_dir, config.data.dev_split), config.eval.dev_utterances)
     ckpt_path = exp_dir / "checkpoint.pt"
+    before = _stored_options(exp_dir) if ckpt_path.exists() else None  # read before this run's options replace them
     init_from = Path(opts.init_from) if opts.init_from and not ckpt_path.exists() else None
     tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir, init_from)
     model = build_asr_model(model_config)
@@ -391,8 +392,50 @@ def train(
         state = _load_checkpoint(ckpt_path, model, optimizer)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", ckpt_path, state.step, state.epoch,
                  state.batch_in_epoch)
+    changed = changed_options(before, config) if before is not None else {}
+    if changed:
+        log.warning("resumed at step %d with options that differ from the run's so far (recorded in run.json): %s",
+                    state.step, ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
+    _record_start(exp_dir, corpus_dir, command, state.step, changed)
     loop = _Loop(config, model, optimizer, tokenizer, state, train_utts, dev_utts, exp_dir, device)
     return loop.run()
+
+
+# Options that only say how long or on what a run computes: a resume may change them without changing what it learns.
+RUN_LENGTH_OPTIONS = frozenset({"train.max_epochs", "train.max_minutes", "train.num_threads", "train.device",
+                                "train.checkpoint_minutes"})
+
+
+def _stored_options(exp_dir: Path) -> dict[str, Any] | None:
+    """The options EXPDIR's run has trained with so far (its config.yaml without the model), None without one."""
+    path = exp_dir / "config.yaml"
+    if not path.exists():
+        return None
+    return {k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items() if k not in ("model", "eval")}
+
+
+def changed_options(before: Mapping[str, Any], config: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
+    """{"section.field": (before, now)} for each learning option `config` changes against `before`."""
+    # as config.yaml holds them (tuples read back as lists)
+    now = {k: v for k, v in yaml.safe_load(yaml.safe_dump(config.to_dict())).items() if k not in ("model", "eval")}
+    changed = {}
+    for section in sorted(set(before) | set(now)):
+        old, new = before.get(section) or {}, now.get(section) or {}
+        for field_name in sorted(set(old) | set(new)):
+            key = f"{section}.{field_name}"
+            if key not in RUN_LENGTH_OPTIONS and old.get(field_name) != new.get(field_name):
+                changed[key] = (old.get(field_name), new.get(field_name))
+    return changed
+
+
+def _record_start(exp_dir: Path, corpus_dir: Path, command: str | None, step: int,
+                  changed: Mapping[str, tuple[Any, Any]]) -> None:
+    """run.json: the corpus and the latest command, and every start of the run with the options it changed."""
+    path = exp_dir / "run.json"
+    starts = (json.loads(path.read_text()).get("starts") or []) if path.exists() and step > 0 else []
+    starts.append({"step": step, "command": command, "changed": {k: list(v) for k, v in changed.items()}})
+    run_info = {"corpus": str(corpus_dir.resolve()), "command": command, "starts": starts}
+    path.write_text(json.dumps(run_info, indent=2) + "\n")
 
 
 def training_utterances(corpus_dir: Path, data: DataOptions) -> list[Utterance]:

@@ -252,6 +252,38 @@ def test_train_resume_and_average(corpus, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_resume_that_changes_what_the_run_learns_with_is_warned_recorded_and_carried_to_the_card(
+        corpus, tmp_path, caplog):
+    from pasu.models.package import package_model
+
+    exp = tmp_path / "exp"
+    train(tiny_config(max_steps=2), corpus, exp, command="pasu train first")
+    more = tiny_config(max_steps=3, max_minutes=30.0)  # run length only: nothing to warn about
+    train(more, corpus, exp, command="pasu train longer")
+    changed = dataclasses.replace(more, optim=dataclasses.replace(more.optim, lr=5e-4), train=dataclasses.replace(
+        more.train, max_steps=4))
+    with caplog.at_level("WARNING", logger="pasu.models.train"):
+        train(changed, corpus, exp, command="pasu train other lr")
+    assert "optim.lr 0.002 -> 0.0005" in caplog.text and "train.max_steps 3 -> 4" in caplog.text
+
+    starts = json.loads((exp / "run.json").read_text())["starts"]
+    assert [(s["step"], s["command"]) for s in starts] == [
+        (0, "pasu train first"), (2, "pasu train longer"), (3, "pasu train other lr")]
+    assert starts[1]["changed"] == {"train.max_steps": [2, 3]}
+    assert starts[2]["changed"] == {"optim.lr": [0.002, 0.0005], "train.max_steps": [3, 4]}
+
+    package = package_model(exp, tmp_path / "pkg")
+    training = yaml.safe_load((package / "config.yaml").read_text())["training"]
+    assert [s["step"] for s in training["changed_on_resume"]] == [2, 3]
+    card = (package / "README.md").read_text()
+    assert "- at step 3: `optim.lr` 0.002 -> 0.0005, `train.max_steps` 3 -> 4" in card
+
+    fresh = tmp_path / "fresh"  # a new run starts its record afresh
+    train(tiny_config(max_steps=1), corpus, fresh, command="pasu train fresh")
+    assert json.loads((fresh / "run.json").read_text())["starts"] == [
+        {"step": 0, "command": "pasu train fresh", "changed": {}}]
+
+
 def test_init_from_a_package_continues_its_weights(corpus, tmp_path):
     from pasu.models.package import load_packaged, package_model
 
