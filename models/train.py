@@ -401,9 +401,12 @@ def train(
     return loop.run()
 
 
-# Options that only say how long or on what a run computes: a resume may change them without changing what it learns.
-RUN_LENGTH_OPTIONS = frozenset({"train.max_epochs", "train.max_minutes", "train.num_threads", "train.device",
-                                "train.checkpoint_minutes"})
+# Options a resume may change without changing what the run learns: how long and on what it computes, how often it
+# logs and checkpoints, and the warm start, which a resume ignores.
+UNLEARNED_OPTIONS = frozenset({
+    "train.max_epochs", "train.max_minutes", "train.num_threads", "train.device", "train.log_interval_steps",
+    "train.checkpoint_minutes", "train.checkpoint_steps", "train.init_from", "train.init_partial",
+    "train.init_new_decoder_layers_identity"})
 
 
 def _stored_options(exp_dir: Path) -> dict[str, Any] | None:
@@ -423,7 +426,7 @@ def changed_options(before: Mapping[str, Any], config: ExperimentConfig) -> dict
         old, new = before.get(section) or {}, now.get(section) or {}
         for field_name in sorted(set(old) | set(new)):
             key = f"{section}.{field_name}"
-            if key not in RUN_LENGTH_OPTIONS and old.get(field_name) != new.get(field_name):
+            if key not in UNLEARNED_OPTIONS and old.get(field_name) != new.get(field_name):
                 changed[key] = (old.get(field_name), new.get(field_name))
     return changed
 
