@@ -374,9 +374,8 @@ def train(
     train_utts = training_utterances(corpus_dir, config.data)
     dev_utts = dev_subset(load_split(corpus_dir, config.data.dev_split), config.eval.dev_utterances)
     ckpt_path = exp_dir / "checkpoint.pt"
-    before = _stored_options(exp_dir) if ckpt_path.exists() else None  # read before this run's options replace them
     init_from = Path(opts.init_from) if opts.init_from and not ckpt_path.exists() else None
-    tokenizer, model_config = _prepare_experiment(config, train_utts, exp_dir, init_from)
+    tokenizer, model_config, changed = _prepare_experiment(config, train_utts, exp_dir, init_from)
     model = build_asr_model(model_config)
     if init_from is not None:
         loaded = _initialize(model, _packaged_weights(init_from), partial=opts.init_partial)
@@ -392,7 +391,7 @@ def train(
         state = _load_checkpoint(ckpt_path, model, optimizer)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", ckpt_path, state.step, state.epoch,
                  state.batch_in_epoch)
-    changed = changed_options(before, config) if before is not None else {}
+    changed = changed if ckpt_path.exists() else {}  # a stored config without a checkpoint starts at step 0
     if changed:
         log.warning("resumed at step %d with options that differ from the run's so far (recorded in run.json): %s",
                     state.step, ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
@@ -409,18 +408,11 @@ UNLEARNED_OPTIONS = frozenset({
     "train.init_new_decoder_layers_identity"})
 
 
-def _stored_options(exp_dir: Path) -> dict[str, Any] | None:
-    """The options EXPDIR's run has trained with so far (its config.yaml without the model), None without one."""
-    path = exp_dir / "config.yaml"
-    if not path.exists():
-        return None
-    return {k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items() if k not in ("model", "eval")}
-
-
-def changed_options(before: Mapping[str, Any], config: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
-    """{"section.field": (before, now)} for each learning option `config` changes against `before`."""
-    # as config.yaml holds them (tuples read back as lists)
-    now = {k: v for k, v in yaml.safe_load(yaml.safe_dump(config.to_dict())).items() if k not in ("model", "eval")}
+def changed_options(stored: Mapping[str, Any], config: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
+    """{"section.field": (stored, now)} for each learning option `config` changes against a stored config.yaml's."""
+    # as config.yaml holds them (tuples read back as lists); the model section is checked apart, eval learns nothing
+    before, now = ({k: v for k, v in d.items() if k not in ("model", "eval")}
+                   for d in (stored, yaml.safe_load(yaml.safe_dump(config.to_dict()))))
     changed = {}
     for section in sorted(set(before) | set(now)):
         old, new = before.get(section) or {}, now.get(section) or {}
@@ -530,9 +522,10 @@ def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def _prepare_experiment(
     config: ExperimentConfig, train_utts: Sequence[Utterance], exp_dir: Path, init_from: Path | None = None
-) -> tuple[Tokenizer, dict[str, Any]]:
-    """Tokenizer and full model config: from EXPDIR when present (resume), from the `init_from` package,
-    else trained and written there."""
+) -> tuple[Tokenizer, dict[str, Any], dict[str, tuple[Any, Any]]]:
+    """Tokenizer, full model config, and the learning options `config` changes against EXPDIR's stored ones
+    (`changed_options`): from EXPDIR when present (resume), from the `init_from` package, else trained and written
+    there (nothing changed)."""
     tok_path, cfg_path = exp_dir / "tokenizer.model", exp_dir / "config.yaml"
     if init_from is not None and not (tok_path.exists() and cfg_path.exists()):
         shutil.copyfile(init_from / "tokenizer.model", tok_path)
@@ -544,16 +537,17 @@ def _prepare_experiment(
             "specaug", "specaug_conf", "init")}}
         model_config["stats"] = None
         _write_resolved(config, model_config, cfg_path)
-        return Tokenizer(tok_path), model_config
+        return Tokenizer(tok_path), model_config, {}
     if tok_path.exists() and cfg_path.exists():
         stored = yaml.safe_load(cfg_path.read_text())
         model_config = stored["model"]
         if _model_section(config) != {k: v for k, v in model_config.items() if k not in ("token_list", "stats")}:
             log.warning("model section differs from %s; keeping the stored one (it matches the checkpoint)",
                         cfg_path)
+        changed = changed_options(stored, config)
         # the record (and the packaged card) shows the options this run goes on with, beside its command in run.json
         _write_resolved(config, model_config, cfg_path)
-        return Tokenizer(tok_path), model_config
+        return Tokenizer(tok_path), model_config, changed
 
     symbols = target_symbols(
         (u.intent for u in train_utts), (t for u in train_utts for t, _ in (u.slots or ()))
@@ -568,7 +562,7 @@ def _prepare_experiment(
     }
     tokenizer.save(tok_path)
     _write_resolved(config, model_config, cfg_path)
-    return tokenizer, model_config
+    return tokenizer, model_config, {}
 
 
 def _write_resolved(config: ExperimentConfig, model_config: dict[str, Any], cfg_path: Path) -> None:

@@ -1,5 +1,6 @@
 """PASU model folders through ESPnet's own Speech2Text, and the stand-ins that let it import without torchaudio."""
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from pasu.models.espnet_compat import (
 from pasu.models.package import package_model
 from pasu.models.recognizer import DecodingOptions, EspnetRecognizer, espnet_beam_search
 from pasu.models.targets import decode_target
+from pasu.settings import shipped_model
 
 OPTIONS = DecodingOptions(beam_size=3, ctc_weight=0.3, ban_slots_unknown=False, num_threads=1)
 
@@ -33,6 +35,13 @@ def _waveform(seconds: float, seed: int) -> np.ndarray:
     return (0.1 * np.random.default_rng(seed).standard_normal(int(16000 * seconds))).astype(np.float32)
 
 
+def _our_decode(ours: EspnetRecognizer, wave: np.ndarray, options: DecodingOptions = OPTIONS):
+    """(encoder output, best hypothesis) of ESPnet's beam search as our runtime runs it on `wave`."""
+    with torch.inference_mode():
+        encoded, _ = ours.model.encode(torch.from_numpy(wave)[None], torch.tensor([wave.size]))
+        return encoded, espnet_beam_search(ours.model, ours.tokenizer.token_list, options)(x=encoded[0])[0]
+
+
 def test_speech2text_decodes_like_pasu(model_dir):
     s2t = speech2text(model_dir, beam_size=OPTIONS.beam_size, ctc_weight=OPTIONS.ctc_weight, nbest=1)
     ours = EspnetRecognizer.from_folder(model_dir, OPTIONS)
@@ -40,13 +49,10 @@ def test_speech2text_decodes_like_pasu(model_dir):
         wave = _waveform(seconds, seed)
         (text, tokens, token_ids, hyp), = s2t(wave)
 
-        speech = torch.from_numpy(wave)[None]
-        lengths = torch.tensor([wave.size])
+        our_enc, our_hyp = _our_decode(ours, wave)
         with torch.inference_mode():
-            enc, _ = s2t.asr_model.encode(speech, lengths)
-            our_enc, _ = ours.model.encode(speech, lengths)
-            assert torch.equal(enc, our_enc)  # same weights, frontend and encoder
-            our_hyp = espnet_beam_search(ours.model, ours.tokenizer.token_list, OPTIONS)(x=our_enc[0])[0]
+            enc, _ = s2t.asr_model.encode(torch.from_numpy(wave)[None], torch.tensor([wave.size]))
+        assert torch.equal(enc, our_enc)  # same weights, frontend and encoder
         assert token_ids == [int(t) for t in our_hyp.yseq[1:-1]]
         assert float(hyp.score) == pytest.approx(float(our_hyp.score), abs=1e-4)
         assert tokens == [ours.tokenizer.token_list[i] for i in token_ids]
@@ -54,6 +60,34 @@ def test_speech2text_decodes_like_pasu(model_dir):
 
         recognition, slu = ours.recognize_batch([wave])[0], decode_target(text)
         assert (recognition.text, recognition.intent, recognition.slots) == (slu.text, slu.intent, slu.slots)
+
+
+# Speech2Text does not ban SLOTS_UNKNOWN; neither may ours where the two are compared
+SHIPPED_OPTIONS = DecodingOptions(beam_size=5, ctc_weight=0.3, ban_slots_unknown=False, num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def spoken_command() -> np.ndarray:
+    from pasu.corpus.tts import render, voice_by_id
+
+    return render(voice_by_id("espeak:en-us"), "wake me up at seven am tomorrow")
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng (make tts)")
+@pytest.mark.parametrize("name", ["device", "baseline_conformer", "baseline_branchformer"])
+def test_shipped_models_understand_a_spoken_command_alike_through_speech2text(name, spoken_command):
+    folder = shipped_model(name)
+    ours = EspnetRecognizer.from_folder(folder, SHIPPED_OPTIONS)
+    s2t = speech2text(folder, beam_size=SHIPPED_OPTIONS.beam_size, ctc_weight=SHIPPED_OPTIONS.ctc_weight, nbest=1)
+    _, our_hyp = _our_decode(ours, spoken_command, SHIPPED_OPTIONS)
+    (text, _, token_ids, hyp), = s2t(spoken_command)
+    assert token_ids == [int(t) for t in our_hyp.yseq[1:-1]]
+    assert float(hyp.score) == pytest.approx(float(our_hyp.score), abs=1e-3)
+
+    recognition = ours.recognize_batch([spoken_command])[0]
+    assert recognition.intent == "alarm_set", (name, text)
+    assert "seven" in recognition.text.split(), (name, recognition.text)
+    assert any(s.type == "time" and "seven" in s.value for s in recognition.slots), (name, recognition.slots)
 
 
 def test_espnet_files(model_dir, tmp_path):
