@@ -63,8 +63,9 @@ THRESHOLDS = "offramp.json"
 # checks of a hypothesis of the whole input (the full decode's: ppl_late, bilstm_late) are weighed by its tokens,
 # the PPL one in log units (routing.weighing_for, perplexity_offramp); 7: the last pilot's PPL is in log units too,
 # over its words without <eos> (routing.perplexity_offramp), so the ppl and ppl_intent thresholds moved; 8: the
-# pilot's BiLSTM reads its words without <eos> too (bilstm_offramp.pilot_features).
-CALIBRATION_VERSION = 8
+# pilot's BiLSTM reads its words without <eos> too (bilstm_offramp.pilot_features); 9: pilots run to 30 tokens,
+# not 15 (agent.PilotOptions), so the pilot's checks judge whole hypotheses where they judged prefixes.
+CALIBRATION_VERSION = 9
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ def test_a_partial_file_keeps_every_other_default(tmp_path):
     (tmp_path / "agent.yaml").write_text("agent:\n  pilot: {interval_seconds: 0.5, search: {beam_size: 4}}\n"
                                          "routing: {cloud: ['10.0.0.2:50051'], threshold: 2}\n")
     config = load_config(tmp_path / "agent.yaml")
-    # The pilots' search keeps PilotOptions' search (beam 3, at most 15 tokens), not SearchOptions' defaults.
+    # The pilots' search keeps PilotOptions' search (beam 3, at most 30 tokens), not SearchOptions' defaults.
     pilot = replace(PilotOptions(), interval_seconds=0.5, search=replace(PilotOptions().search, beam_size=4))
     assert config.agent == replace(AgentOptions(), pilot=pilot)
     assert config.routing == RoutingOptions(cloud=("10.0.0.2:50051",), threshold=2.0)
