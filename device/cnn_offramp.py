@@ -23,8 +23,9 @@ from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
 from pasu.device.offramp_net import LearnedOfframp, TrainOptions
 from torch import nn
 
-# fitting: fewer, slower steps than the BiLSTM's (frames, not tokens: ~20x longer sequences, 70x the inputs)
-CNN_TRAINING = TrainOptions(epochs=30, learning_rate=1e-3, weight_decay=1e-3)
+# fitting: fewer, slower steps than the BiLSTM's (frames, not tokens: ~20x longer sequences, 70x the inputs), and
+# one network: three would triple the slowest fit of `pasu offramp train` for a check only the bench prices
+CNN_TRAINING = TrainOptions(epochs=30, learning_rate=1e-3, weight_decay=1e-3, networks=1)
 
 
 @dataclass(frozen=True)

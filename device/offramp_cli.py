@@ -74,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "judged with a reader that learned every sentence but those of its fold (5 folds by "
                             "sentence), so that the intent check is fitted as on sentences the reader never saw")
     train.add_argument("--epochs", type=int, default=60, help="BiLSTM training epochs")
+    train.add_argument("--networks", type=int,
+                       help="BiLSTMs per check, fitted from successive seeds, their probabilities averaged "
+                            "(default: offramp_net.TrainOptions's, 3)")
     train.add_argument("--bad-wer", type=float,
                        help="the BiLSTM's and CNN's label: local WER above this is wrong (default: the paper's 0.1; a device "
                             "whose WER is far above it may rank better with a higher bar, see the printed yardsticks)")
@@ -129,7 +132,9 @@ def run_train(args: argparse.Namespace) -> int:
         if args.cloud_model else None
     options = OfframpTrainOptions()
     bad_wer = options.bilstm.bad_wer if args.bad_wer is None else args.bad_wer
-    options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs, bad_wer=bad_wer, label=args.label))
+    networks = args.networks or options.bilstm.networks
+    options = replace(options, bilstm=replace(options.bilstm, epochs=args.epochs, networks=networks, bad_wer=bad_wer,
+                                              label=args.label))
     fit_samples = None
     if args.fit_all:  # more examples for the network; the cloud still decodes only the calibration subset
         fit_samples = replay(load_split(args.corpus, args.split), out / f"replays-{args.split}-all.jsonl")
@@ -202,9 +207,10 @@ def _learned(train: dict | None) -> str:
     """What a fitted network learned to predict, for the networks' lines (the BiLSTM's, the CNN's)."""
     if not train:
         return ""
+    networks = f"mean of {n} networks, " if (n := train.get("networks", 1)) > 1 else ""
     if train.get("label") == "wer":
-        return " (learned the local WER)"
-    return f" (learned local WER > {train.get('bad_wer', 0.1):g})"
+        return f" ({networks}learned the local WER)"
+    return f" ({networks}learned local WER > {train.get('bad_wer', 0.1):g})"
 
 
 def _selectivity(scores: dict) -> str:

@@ -265,7 +265,8 @@ def _fit_learned(kind: type[LearnedOfframp], train: Callable[..., LearnedOfframp
 
 def _network_facts(offramp: LearnedOfframp, train_options: TrainOptions,
                    fit: Sequence[OfframpSample]) -> dict[str, Any]:
-    return {"parameters": count_parameters(offramp.net), "train": asdict(train_options), "fitted_on": len(fit)}
+    # parameters: of one network (train["networks"] of them are averaged)
+    return {"parameters": count_parameters(offramp.nets[0]), "train": asdict(train_options), "fitted_on": len(fit)}
 
 
 def yardsticks(samples: Sequence[OfframpSample], cloud_edits: Sequence[int],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 from pasu.device.bilstm_offramp import (
     LOGP_FLOOR,
     BiLstmNet,
@@ -64,6 +66,35 @@ def test_training_separates_runs_of_unlikely_tokens_on_held_out_data(tmp_path):
     assert np.mean((p > 0.5) == (held_y > 0.5)) >= 0.9
     loaded = BiLstmOfframp.load(offramp.save(tmp_path / "offramp"))
     np.testing.assert_allclose(loaded.probabilities(held_x), p, rtol=1e-6)
+
+
+def test_its_score_is_the_mean_of_networks_fitted_from_successive_seeds(tmp_path):
+    x, y = sequences(40, seed=3)
+    offramp = train(x, y, TrainOptions(epochs=3, seed=5, networks=3))
+    singles = [train(x, y, TrainOptions(epochs=3, seed=seed, networks=1)).probabilities(x) for seed in (5, 6, 7)]
+    assert len(offramp.nets) == 3 and not np.allclose(singles[0], singles[1])  # seeds that differ
+    np.testing.assert_allclose(offramp.probabilities(x), np.mean(singles, axis=0), rtol=1e-5)
+    loaded = BiLstmOfframp.load(offramp.save(tmp_path / "offramp"))
+    assert len(loaded.nets) == 3
+    np.testing.assert_allclose(loaded.probabilities(x), offramp.probabilities(x), rtol=1e-6)
+
+
+def test_a_folder_with_one_network_loads_as_before(tmp_path):
+    """Folders fitted before the averaging hold a bare state dict; they load and score as one network."""
+    x, y = sequences(20, seed=4)
+    single = train(x, y, TrainOptions(epochs=2, networks=1))
+    folder = single.save(tmp_path / "offramp")
+    assert isinstance(torch.load(folder / BiLstmOfframp.weights_file, weights_only=True), dict)
+    loaded = BiLstmOfframp.load(folder)
+    assert len(loaded.nets) == 1
+    np.testing.assert_allclose(loaded.probabilities(x), single.probabilities(x), rtol=1e-6)
+
+
+def test_an_offramp_needs_a_network():
+    with pytest.raises(ValueError, match="at least one network"):
+        TrainOptions(networks=0)
+    with pytest.raises(ValueError, match="at least one network"):
+        BiLstmOfframp([])
 
 
 def test_it_drives_an_offramp_policy():

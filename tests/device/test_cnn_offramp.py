@@ -12,7 +12,7 @@ from pasu.device.offramp_net import TrainOptions, pad_batch
 from pasu.models.checkpoints import count_parameters
 from pasu.device.routing import OfframpPolicy
 
-FAST = TrainOptions(epochs=20, learning_rate=3e-3)
+FAST = TrainOptions(epochs=20, learning_rate=3e-3, networks=1)
 
 
 def frames(n: int, seed: int, width: int = 16) -> tuple[list[np.ndarray], np.ndarray]:
@@ -49,7 +49,7 @@ def test_a_sequence_scores_the_same_alone_and_in_a_padded_batch():
 def test_training_separates_noisy_stretches_on_held_out_data(tmp_path):
     x, y = frames(200, seed=0)  # fewer, and it learns the training stretches' noise rather than noisiness
     offramp = train(x, y, FAST)
-    assert offramp.net.config.input_size == 16  # sized to the frames it was fitted on
+    assert offramp.config.input_size == 16  # sized to the frames it was fitted on
     held_x, held_y = frames(40, seed=1)
     p = offramp.probabilities(held_x)
     assert np.mean((p > 0.5) == (held_y > 0.5)) >= 0.9

@@ -80,7 +80,9 @@ def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, cap
     assert args.run(args) == 0
     printed = capsys.readouterr().out
     assert "cnn (learned local WER > 0.1): " in printed and "Offload-M" in printed
+    assert "bilstm (mean of 3 networks, learned local WER > 0.1): " in printed  # the default's seeds, averaged
     trained = load_offramps(model / "offramp")
+    assert len(trained.bilstm.nets) == 3 and len(trained.cnn.nets) == 1
     assert trained.cnn is not None and trained.report["cnn"]["fitted_on"] == 6
     assert {"ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent"} <= trained.report.keys()
     assert trained.intent is not None and trained.report["intent"]["fitted_on"] == 6  # the intent check's model
@@ -88,6 +90,9 @@ def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, cap
     stamp = (model / "offramp" / "replays-dev.jsonl").stat().st_mtime_ns
     assert args.run(args) == 0  # the same model and utterances: replays from the cache
     assert (model / "offramp" / "replays-dev.jsonl").stat().st_mtime_ns == stamp
+    args = build_parser().parse_args(["offramp", "train", str(model), "--corpus", str(corpus), "--epochs", "2",
+                                      "--networks", "1"])
+    assert args.run(args) == 0 and len(load_offramps(model / "offramp").bilstm.nets) == 1
 
 
 def test_the_intent_reader_learns_every_corpus_given_and_reads_characters(tmp_path):
