@@ -2,7 +2,7 @@
 
 Low-probability tokens in a run suggest the model lost the sentence, scattered ones mere acoustic noise; rather
 than hand-write such rules, a ~11k-parameter BiLSTM reads the sequence and predicts P(local WER > a bar; the
-paper's is 0.1); the offramp averages three of them, fitted from three seeds (offramp_net.TrainOptions.networks).
+paper's is 0.1); the last pilot's offramp averages three, fitted from three seeds (offramp_net.TrainOptions).
 They are trained on dev-split replays (`pasu.device.offramp_data`) and score a hypothesis through the `Offramp`
 protocol (fitting, scoring and saving: `pasu.device.offramp_net`).
 """

@@ -75,8 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "sentence), so that the intent check is fitted as on sentences the reader never saw")
     train.add_argument("--epochs", type=int, default=60, help="BiLSTM training epochs")
     train.add_argument("--networks", type=int,
-                       help="BiLSTMs per check, fitted from successive seeds, their probabilities averaged "
-                            "(default: offramp_net.TrainOptions's, 3)")
+                       help="BiLSTMs of the last pilot's check, fitted from successive seeds, their probabilities "
+                            "averaged (default: offramp_net.TrainOptions's, 3)")
     train.add_argument("--bad-wer", type=float,
                        help="the BiLSTM's and CNN's label: local WER above this is wrong (default: the paper's 0.1; a device "
                             "whose WER is far above it may rank better with a higher bar, see the printed yardsticks)")

@@ -73,6 +73,9 @@ class OfframpTrainOptions:
     """What `pasu offramp train` does besides replaying."""
 
     bilstm: TrainOptions = field(default_factory=TrainOptions)  # fitting the BiLSTM (its bad_wer: every label)
+    # networks of the BiLSTMs judging the end-of-speech pilot and the full decode (bilstm.networks: the last
+    # pilot's): one, as their seed's sway is not measured and each network adds ~6 minutes to the shipped recipe
+    whole_input_networks: int = 1
     cnn: TrainOptions = CNN_TRAINING  # fitting the CNN over encoder output (its bad_wer is the BiLSTM's)
     folds: int = 5  # cross-fitting folds for the out-of-fold scores the thresholds are placed on
     levels: tuple[tuple[str, float], ...] = tuple(OFFLOAD_LEVELS.items())  # (name, offload ratio) to calibrate
@@ -187,11 +190,12 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
     bad_wer = options.bilstm.bad_wer
     bilstm, oof = _fit_learned(BiLstmOfframp, BiLstmOfframp.train, options.bilstm, fit, kept, options)
     # the decision after the full decode gets a network of its own, fitted on full decodes
-    bilstm_late, oof_late = _fit_learned(LateBiLstmOfframp, LateBiLstmOfframp.train, options.bilstm, fit, kept,
+    whole_input = replace(options.bilstm, networks=options.whole_input_networks)
+    bilstm_late, oof_late = _fit_learned(LateBiLstmOfframp, LateBiLstmOfframp.train, whole_input, fit, kept,
                                          options)
     # and so does the decision on the end-of-speech pilot, where the replays made them (from stop 68 on)
     with_end = all(s.end_decision_at is not None for s in fit)
-    bilstm_end, oof_end = _fit_learned(EndBiLstmOfframp, EndBiLstmOfframp.train, options.bilstm, fit, kept,
+    bilstm_end, oof_end = _fit_learned(EndBiLstmOfframp, EndBiLstmOfframp.train, whole_input, fit, kept,
                                        options) if with_end else (None, None)
 
     def calibrated(name: str, scores: np.ndarray, judges: Judged = "pilot") -> dict[str, Any]:
@@ -205,12 +209,12 @@ def fit_offramps(samples: Sequence[OfframpSample], options: OfframpTrainOptions 
         "ppl": calibrated("PPL", ppl),
         # the late decisions judge the full decode, whose scores sit elsewhere: their own thresholds
         "ppl_late": calibrated("PPL (full decode)", ppl_scores(kept, "final"), "final"),
-        "bilstm_late": {**_network_facts(bilstm_late, options.bilstm, fit),
+        "bilstm_late": {**_network_facts(bilstm_late, whole_input, fit),
                         **calibrated("BiLSTM (full decode)", oof_late, "final")},
     }
     if bilstm_end is not None:
         report["ppl_end"] = calibrated("PPL (end-of-speech pilot)", ppl_scores(kept, "end"), "end")
-        report["bilstm_end"] = {**_network_facts(bilstm_end, options.bilstm, fit),
+        report["bilstm_end"] = {**_network_facts(bilstm_end, whole_input, fit),
                                 **calibrated("BiLSTM (end-of-speech pilot)", oof_end, "end")}
     cnn = None
     if cnn_offramp.has_encodings(fit):  # the CNN learns the BiLSTM's label

@@ -82,7 +82,7 @@ def test_offramp_train_writes_every_offramp_and_reuses_its_replays(tmp_path, cap
     assert "cnn (learned local WER > 0.1): " in printed and "Offload-M" in printed
     assert "bilstm (mean of 3 networks, learned local WER > 0.1): " in printed  # the default's seeds, averaged
     trained = load_offramps(model / "offramp")
-    assert len(trained.bilstm.nets) == 3 and len(trained.cnn.nets) == 1
+    assert len(trained.bilstm.nets) == 3 and len(trained.late_network().nets) == len(trained.cnn.nets) == 1
     assert trained.cnn is not None and trained.report["cnn"]["fitted_on"] == 6
     assert {"ppl", "bilstm", "cnn", "intent", "ppl_intent", "bilstm_intent"} <= trained.report.keys()
     assert trained.intent is not None and trained.report["intent"]["fitted_on"] == 6  # the intent check's model
