@@ -147,8 +147,8 @@ class LearnedOfframp:
         return np.concatenate(out) if out else np.zeros(0, np.float32)
 
     def save(self, folder: str | Path) -> Path:
-        """The weights file holds one network's state dict, or a list of them for several (float32: ~45 kB
-        each)."""
+        """The weights file holds one network's state dict, or a list of them for several (float32: ~45 kB a
+        BiLSTM)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         states = [net.state_dict() for net in self.nets]
