@@ -128,15 +128,21 @@ def dev_replays(folder: Path, stem: str) -> list:
     return [s for path in folds for s in load_samples(path)]
 
 
-def price_on_test(run: Path, profile: str, sequences: list[np.ndarray], labels: dict[str, np.ndarray]) -> None:
-    """Each label's BiLSTM, fitted on every dev replay, priced on a bench run's `test` replays and saved round
-    trips: offload / NaiveHybrid at its four WER targets, and intent accuracy at Offload-M's share."""
+def test_run(run: Path, profile: str) -> tuple[list, list]:
+    """A `pasu bench hybrid` run's `test` replays and the round trips it saved for them on a network profile."""
     calls_path = run / f"calls-{profile}.jsonl"
     key = json.loads(calls_path.read_text().split("\n", 1)[0])["key"]
     _, calls = load_offloads(calls_path, key)
     samples = load_samples(run / "replays-test.jsonl")
     if [s.id for s in samples] != key["ids"]:
         raise SystemExit(f"{calls_path} was saved for other utterances than {run / 'replays-test.jsonl'}")
+    return samples, calls
+
+
+def price_on_test(run: Path, profile: str, sequences: list[np.ndarray], labels: dict[str, np.ndarray]) -> None:
+    """Each label's BiLSTM, fitted on every dev replay, priced on a bench run's `test` replays and saved round
+    trips: offload / NaiveHybrid at its four WER targets, and intent accuracy at Offload-M's share."""
+    samples, calls = test_run(run, profile)
     kept = [i for i, s in enumerate(samples) if s.early is not None]
     samples, calls = [samples[i] for i in kept], [calls[i] for i in kept]
     local, cloud, words = edit_totals(samples, calls)
