@@ -10,6 +10,11 @@ against a clock so that the same code runs in two drivers:
   serialized as on the device's cores. The wait for the last chunk is idled for real (at most one chunk),
   because a core that has just idled computes slower and that is what the user waits on (see
   `VirtualClock.idle_until`). `pasu bench local --check-clock` compares it with real-time pacing.
+
+End of speech is what the endpointer declares. A replay's audio ends where the speech does (the corpus's files
+do), and without the pause pilot the replay's endpointer is an oracle: it declares the end there. With the pause
+pilot (`PilotOptions.at_pause`) it is the shipped VAD's (`pasu.device.vad`): it hears the pause `pause_seconds`
+after the audio's end and declares the end `VadOptions.trailing_silence_s` after it, as a live agent's would.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from pasu.device.decoding.search import (
 from pasu.device.routing import Decision, Policy
 from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline
+from pasu.device.vad import VadOptions
 
 from pasu.config import given
 from pasu.metrics import SluResult
@@ -63,16 +69,29 @@ class PilotOptions:
     # rank better (stop 73, models/shipped/device/offramp/CALIBRATION_LOG.md).
     search: SearchOptions = SearchOptions(beam_size=3, max_tokens=30, pre_beam_size=10, record_ctc=True,
                                           beam_collapse=True, ctc_leap=True, stop_when_decided=True)
+    # One more pilot, on everything heard, when the endpointer hears the speaker pause: it runs inside the
+    # silence the endpointer waits before it declares the end of speech (the shipped VAD's 0.6 s), so that the
+    # last pilot, which the offramps judge at end of speech, has heard the whole command at no cost after it.
+    # The scheduled pilots' last one starts up to tau before the end and judges a prefix (the pause pilot's
+    # offramps: models/shipped/device/offramp/CALIBRATION_LOG.md, stop 79)
+    at_pause: bool = False
+    pause_seconds: float = 0.2  # silence after speech that counts as a pause (triggers the pause pilot)
 
     def schedule(self) -> dict[str, Any]:
-        """When pilots run, for reports (results JSON, offramp.json)."""
-        return {"enabled": self.enabled, "start_seconds": self.start_seconds, "interval_seconds": self.interval_seconds}
+        """When pilots run, for reports (results JSON, offramp.json); the pause pilot's keys only when it is on,
+        so that the reports and caches of schedules without it stay as they were."""
+        schedule = {"enabled": self.enabled, "start_seconds": self.start_seconds,
+                    "interval_seconds": self.interval_seconds}
+        if self.at_pause:
+            schedule.update(at_pause=True, pause_seconds=self.pause_seconds)
+        return schedule
 
     def describe(self) -> str:
         """The schedule in words."""
         if not self.enabled:
             return "none (the offramps judge the full decode)"
-        return f"every {self.interval_seconds:g} s of audio from {self.start_seconds:g} s"
+        pause = f", and one on all of it after {self.pause_seconds:g} s of silence" if self.at_pause else ""
+        return f"every {self.interval_seconds:g} s of audio from {self.start_seconds:g} s{pause}"
 
 
 @dataclass(frozen=True)
@@ -172,6 +191,8 @@ class Session:
         self.decision: Decision | None = None  # the policy's, once made
         self.pilots = 0
         self.next_pilot_at = options.pilot.start_seconds
+        self.pilot_audio = 0.0  # audio seconds the last pilot heard
+        self.paused = False  # the endpointer heard a pause that no pilot has judged yet (PilotOptions.at_pause)
 
     @property
     def seconds(self) -> float:
@@ -185,12 +206,19 @@ class Session:
         self.stream.accept(samples)
         self.timeline.add("ingest", start, self.clock.now(), audio=round(self.seconds, 3))
 
+    def pause(self) -> None:
+        """The endpointer heard the speaker pause: a pilot is due on everything heard (when at_pause is on)."""
+        self.paused = self.options.pilot.at_pause
+
     def pilot_due(self) -> bool:
-        return self.options.pilot.enabled and self.seconds >= self.next_pilot_at
+        # a pause asks for a pilot on more than the last one heard (a live agent may not have ingested it yet)
+        paused = self.paused and self.seconds > self.pilot_audio
+        return self.options.pilot.enabled and (paused or self.seconds >= self.next_pilot_at)
 
     def run_pilot(self, should_abort: Any) -> None:
         """Encode what has arrived and search it; abandoned (no state change) when `should_abort()`."""
         pilot = self.options.pilot
+        self.paused = False
         while self.next_pilot_at <= self.seconds:
             self.next_pilot_at += pilot.interval_seconds
         start, audio = self.clock.now(), self.seconds
@@ -205,7 +233,7 @@ class Session:
         except SearchAborted:
             self.timeline.add("pilot_abandoned", start, self.clock.now(), audio=round(audio, 3))
             return
-        self.last_pilot = result
+        self.last_pilot, self.pilot_audio = result, audio
         self.pilots += 1
         text = self.model.read(result.best.tokens).text if result.best else ""
         self.timeline.add("pilot", start, self.clock.now(), audio=round(audio, 3), text=text,
@@ -375,6 +403,12 @@ class DeviceAgent:
         s = self._session
         return s.model.read(s.last_pilot.best.tokens).text if s and s.last_pilot and s.last_pilot.best else ""
 
+    def pause(self) -> None:
+        """The endpointer heard the speaker pause: with PilotOptions.at_pause, a pilot on everything heard runs
+        after the next chunk (the live microphone keeps delivering the silence)."""
+        if self._session is not None:
+            self._session.pause()
+
     def end(self) -> AgentResult:
         """End of speech: finish the utterance and return its one result."""
         if self._session is None:
@@ -415,14 +449,17 @@ class DeviceAgent:
 def replay(model: DeviceModel, audio: np.ndarray, options: AgentOptions = AgentOptions(),
            policy: Policy | None = None, cloud: Any = None, espnet_search: Any = None,
            utterance_id: str = "") -> AgentResult:
-    """Run one utterance on the virtual clock (see the module doc); the end of speech is the end of `audio`."""
+    """Run one utterance on the virtual clock (see the module doc); the speech ends where `audio` does."""
     if espnet_search is None:
         espnet_search = espnet_search_for(model, options)
     clock = VirtualClock()
     session = Session(model, options, clock, policy, cloud, espnet_search, utterance_id)
     pieces = chunks(np.asarray(audio, dtype=np.float32), options.chunk_seconds)
     due = np.cumsum([len(p) for p in pieces]) / SAMPLE_RATE
-    end_of_speech = float(due[-1]) if len(due) else 0.0
+    speech_end = float(due[-1]) if len(due) else 0.0
+    pause_pilot = options.pilot.enabled and options.pilot.at_pause
+    # without the pause pilot the endpointer is an oracle (the module doc)
+    end_of_speech = speech_end + (VadOptions().trailing_silence_s if pause_pilot else 0.0)
     k = 0
     while k < len(pieces):
         wait = clock.idle_until if k == len(pieces) - 1 else clock.wait_until  # see the module doc
@@ -431,6 +468,11 @@ def replay(model: DeviceModel, audio: np.ndarray, options: AgentOptions = AgentO
             session.ingest(pieces[k])
             k += 1
         if k < len(pieces) and due[k] > clock.now() and session.pilot_due():
+            session.run_pilot(lambda: clock.now() > end_of_speech)
+    if pause_pilot:
+        clock.idle_until(speech_end + options.pilot.pause_seconds)
+        session.pause()
+        if session.pilot_due():  # abandoned, as any pilot, should it outlast the endpointer's silence
             session.run_pilot(lambda: clock.now() > end_of_speech)
     clock.wait_until(end_of_speech)
     return session.finish(end_of_speech)
@@ -496,10 +538,12 @@ def fusing_lm(options: AgentOptions, lm: str | None, weight: float | None = None
     return replace(options, lm=lm or options.lm, final_search=final)
 
 
-def with_pilots(options: AgentOptions, enabled: bool | None = None, interval_seconds: float | None = None
-                ) -> AgentOptions:
-    """`options` with the pilots switched on or off and their interval (tau) set, where given (None: as they are)."""
-    return replace(options, pilot=replace(options.pilot, **given(enabled=enabled, interval_seconds=interval_seconds)))
+def with_pilots(options: AgentOptions, enabled: bool | None = None, interval_seconds: float | None = None,
+                at_pause: bool | None = None) -> AgentOptions:
+    """`options` with the pilots switched on or off, their interval (tau) and the pause pilot set, where given
+    (None: as they are)."""
+    changes = given(enabled=enabled, interval_seconds=interval_seconds, at_pause=at_pause)
+    return replace(options, pilot=replace(options.pilot, **changes))
 
 
 def agent_with_lm(model: DeviceModel, lm: str | None, weight: float | None = None) -> AgentOptions:

@@ -47,14 +47,19 @@ def add_lm_flags(parser: argparse.ArgumentParser, note: str = "") -> None:
                              f"sets one, else the shipped LM's {SHIPPED_LM_WEIGHT})")
 
 
-def add_pilot_flags(parser: argparse.ArgumentParser, tau_note: str = "", pilots_note: str = "") -> None:
-    """--tau and --pilots / --no-pilots: when the device agent runs pilots (laid over its options by
-    pasu.device.agent.with_pilots); the notes end each flag's help."""
+def add_pilot_flags(parser: argparse.ArgumentParser, tau_note: str = "", pilots_note: str = "",
+                    pause_note: str = "") -> None:
+    """--tau, --pilots / --no-pilots and --pause-pilot: when the device agent runs pilots (laid over its options
+    by pasu.device.agent.with_pilots); the notes end each flag's help."""
     parser.add_argument("--tau", type=float, default=None,
                         help=f"seconds of audio between pilots{tau_note}; default 1.0")
     parser.add_argument("--pilots", action=argparse.BooleanOptionalAction, default=None,
                         help=f"pilot inference while the user speaks{pilots_note}; default on; --no-pilots: a plain "
                              "decode at the end, whose hypothesis the offramps then judge")
+    parser.add_argument("--pause-pilot", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"one more pilot, on all the audio, when the endpointer hears the speaker pause, inside "
+                             f"the silence it waits before declaring the end of speech{pause_note}; a replay of a "
+                             "file models the shipped VAD after the file's end; default off")
 
 
 def add_replay_flags(parser: argparse.ArgumentParser, lm_note: str) -> None:
@@ -73,7 +78,7 @@ def replay_options(model: DeviceModel, args: argparse.Namespace) -> AgentOptions
     """The agent's default options with add_replay_flags' flags laid over them, the LM loaded into `model`."""
     from pasu.device.agent import agent_with_lm, with_pilots
 
-    return with_pilots(agent_with_lm(model, args.lm, args.lm_weight), args.pilots, args.tau)
+    return with_pilots(agent_with_lm(model, args.lm, args.lm_weight), args.pilots, args.tau, args.pause_pilot)
 
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
@@ -103,7 +108,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--realtime", action="store_true",
                      help="feed the file at real-time pace (default: replay on a virtual clock, same rules)")
     run.add_argument("--vad", action="store_true", help="end the utterance at the VAD's end of speech")
-    add_pilot_flags(run, " (agent.pilot.interval_seconds)", " (agent.pilot.enabled)")
+    add_pilot_flags(run, " (agent.pilot.interval_seconds)", " (agent.pilot.enabled)", " (agent.pilot.at_pause)")
     run.add_argument("--cloud", default=None,
                      help="cloud server address(es), comma separated host:port (routing.cloud; default: none)")
     run.add_argument("--token", default=None, help="bearer token for the cloud server (overrides routing.token_file)")
@@ -165,7 +170,7 @@ def config_from_args(args: argparse.Namespace) -> DeviceConfig:
                                               intent_threshold=args.intent_threshold, level=args.level,
                                               encoding=args.encoding,
                                               tls=_tls(args, config.routing.tls)))
-    agent = fusing_lm(with_pilots(config.agent, args.pilots, args.tau), args.lm, args.lm_weight)
+    agent = fusing_lm(with_pilots(config.agent, args.pilots, args.tau, args.pause_pilot), args.lm, args.lm_weight)
     return replace(config, agent=agent, routing=routing)
 
 
@@ -200,7 +205,7 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 audio = load_audio(args.audio)
                 if args.vad:
-                    audio = _until_end_of_speech(audio)
+                    audio = _until_end_of_speech(audio, agent.options.pilot.at_pause)
                 if args.realtime:
                     result = play_realtime(agent, audio, str(args.audio))
                 else:
@@ -213,8 +218,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _until_end_of_speech(audio):
-    """The audio up to where the VAD declares end of speech (all of it when it never does)."""
+def _until_end_of_speech(audio, speech_only: bool = False):
+    """The audio up to where the VAD declares end of speech (all of it when it never does); `speech_only`: up to
+    where its speech ended, since a replay with the pause pilot models the endpointer's silence after the audio."""
     from pasu.device.audio import SAMPLE_RATE
     from pasu.device.vad import Endpointer
 
@@ -222,7 +228,7 @@ def _until_end_of_speech(audio):
     step = SAMPLE_RATE // 10
     for i in range(0, len(audio), step):
         if endpointer.accept(audio[i : i + step]):
-            return audio[: i + step]
+            return audio[: round(endpointer.last_speech_end * SAMPLE_RATE)] if speech_only else audio[: i + step]
     return audio
 
 
@@ -239,7 +245,8 @@ def _from_microphone(agent, args: argparse.Namespace):
 
     chunks: queue.Queue = queue.Queue()
     endpointer = Endpointer()
-    shown = ""
+    pause_seconds = agent.options.pilot.pause_seconds
+    shown, paused = "", False
     print("listening... (speak; it ends after 0.6 s of silence)", file=sys.stderr)
     with sounddevice.InputStream(samplerate=SAMPLE_RATE, channels=1, dtype="float32",
                                  blocksize=SAMPLE_RATE // 10, callback=lambda data, *_: chunks.put(data[:, 0].copy())):
@@ -251,6 +258,10 @@ def _from_microphone(agent, args: argparse.Namespace):
                 print(f"  pilot @ {agent.seconds:.1f}s: {shown}", file=sys.stderr)
             if endpointer.accept(chunk):
                 return agent.end()
+            # the pause pilot (agent.pilot.at_pause) on the first silence long enough, once per pause
+            if endpointer.speech_s and endpointer.silence_s >= pause_seconds and not paused:
+                agent.pause()
+            paused = endpointer.silence_s >= pause_seconds
 
 
 def _report(result, args: argparse.Namespace) -> None:

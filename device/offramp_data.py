@@ -252,9 +252,12 @@ def cache_key(model_id: str, manifest: str | Path, ids: Sequence[str], options: 
     (`intent_reader`: IntentMixture.digest, the reader's weights and the decoder's share; None: none), the
     utterances and the agent's settings; `encoded`: the early hypotheses' encoder outputs are kept, `end_pilot`:
     the end-of-speech pilots are (caches from before either have no such key, and are made again)."""
+    settings = json.loads(json.dumps(asdict(options), default=str))
+    if not options.pilot.at_pause:  # without the pause pilot its settings change nothing: older caches stay valid
+        for name in ("at_pause", "pause_seconds"):
+            del settings["pilot"][name]
     return {"model": model_id, "intent_reader": intent_reader, "manifest": str(Path(manifest).resolve()),
-            "ids": list(ids), "options": json.loads(json.dumps(asdict(options), default=str)), "encoded": True,
-            "end_pilot": True}
+            "ids": list(ids), "options": settings, "encoded": True, "end_pilot": True}
 
 
 def slu_from_dict(raw: dict[str, Any]) -> SluResult:

@@ -243,3 +243,63 @@ def test_the_end_policy_judges_the_end_of_speech_pilot_and_decodes_on_the_same_e
                   client)
     assert sent.route == "cloud" and "End-PPL score" in sent.reason
     assert [e.kind for e in sent.timeline.events if e.kind in ("end_pilot", "cloud", "decode")] == ["end_pilot", "cloud"]
+
+
+PAUSE_PILOT = AgentOptions(pilot=PilotOptions(at_pause=True))
+
+
+def test_the_pause_pilot_hears_all_the_speech_inside_the_endpointers_silence(tiny_model, speech_like):
+    """With at_pause the last pilot, which the offramp judges, is one on the whole input, run after the pause is
+    heard and before the endpointer declares the end; latency counts from that declaration."""
+    from pasu.device.vad import VadOptions
+
+    wave = speech_like(2.65, seed=11)
+    judged = []
+
+    class Recording(OnDevice):
+        judges = "pilot"
+
+        def decide(self, hypothesis, speech_seconds):
+            judged.append((hypothesis, speech_seconds))
+            return super().decide(hypothesis, speech_seconds)
+
+    result = replay(tiny_model, wave, PAUSE_PILOT, Recording())
+    scheduled = replay(tiny_model, wave, AgentOptions())
+    pilots = [e for e in result.timeline.events if e.kind == "pilot"]
+    assert result.pilots == scheduled.pilots + 1
+    assert pilots[-1].info["audio"] == pytest.approx(2.65, abs=0.01)  # scheduled ones heard 1.5 and 2.5 s
+    assert pilots[-1].start >= 2.65 + PAUSE_PILOT.pilot.pause_seconds - 1e-6  # not before the pause was heard
+    declared = 2.65 + VadOptions().trailing_silence_s
+    assert result.timeline.end_of_speech == pytest.approx(declared, abs=0.01) and pilots[-1].end < declared
+    assert result.latency == pytest.approx(result.timeline.result_at - declared)
+    assert len(judged[0][0].tokens) == pilots[-1].info["tokens"]  # the offramp's input is the pause pilot ...
+    assert result.pilot_text == pilots[-1].info["text"]
+    assert judged[0][1] == pytest.approx(2.65, abs=0.01)  # ... and the seconds are the speech's, not the silence's
+    assert result.tokens == scheduled.tokens  # the final decode reads the same audio and answers the same
+
+
+def test_a_pause_pilot_that_outlasts_the_endpointers_silence_is_abandoned(tiny_model, speech_like):
+    slow = AgentOptions(pilot=PilotOptions(at_pause=True, pause_seconds=0.6))  # no silence is left for it
+    result = replay(tiny_model, speech_like(2.65, seed=11), slow)
+    abandoned = [e for e in result.timeline.events if e.kind == "pilot_abandoned"]
+    assert [e.info["audio"] for e in abandoned] == [pytest.approx(2.65, abs=0.01)]
+    assert result.pilots == replay(tiny_model, speech_like(2.65, seed=11), AgentOptions()).pilots
+
+
+def test_the_live_agent_runs_a_pilot_when_told_the_speaker_paused(tiny_model, speech_like):
+    wave = speech_like(1.2, seed=3)
+
+    def pilots(options: AgentOptions) -> int:
+        agent = DeviceAgent(tiny_model, options)
+        for i in range(0, len(wave), 1600):
+            agent.feed(wave[i : i + 1600])
+        agent.pause()  # what the endpointer says on the first silence
+        for _ in range(2):  # 1.4 s in all: no scheduled pilot (T_s 1.5 s)
+            agent.feed(np.zeros(1600, np.float32))  # the microphone goes on delivering the silence
+        import time
+
+        time.sleep(0.5)
+        return agent.end().pilots
+
+    assert pilots(PAUSE_PILOT) == 1
+    assert pilots(AgentOptions()) == 0

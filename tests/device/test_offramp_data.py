@@ -96,3 +96,22 @@ def test_replays_spread_over_processes_answer_as_one_process_does(tiny_model, sp
                                                                        a.final.tokens)
         np.testing.assert_allclose(b.early.token_att, a.early.token_att, atol=1e-4)
     assert seen == [(1, 2), (2, 2)]
+
+
+def test_the_pause_pilot_keys_its_own_replays_and_leaves_older_caches_valid(tiny_model, speech_like, tmp_path):
+    from dataclasses import asdict
+
+    from pasu.device.agent import with_pilots
+
+    plain = cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", ["u0"], AgentOptions())
+    assert "at_pause" not in plain["options"]["pilot"]  # as a cache written before the pause pilot holds it
+    assert plain["options"]["pilot"].keys() | {"at_pause", "pause_seconds"} == asdict(AgentOptions().pilot).keys()
+    paused = with_pilots(AgentOptions(), at_pause=True)
+    assert cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", ["u0"], paused) != plain
+    long = collect(tiny_model, utterances(tmp_path, speech_like)[:1], paused)[0]
+    stream = tiny_model.open_stream()
+    stream.accept(sf.read(tmp_path / "u0.flac", dtype="float32")[0])
+    with torch.no_grad():
+        whole = stream.encode().size(0)
+    assert long.pilots == 2 and len(long.early.encoded) == whole  # the early decision judges the whole input's pilot
+    assert long.decision_at < long.local_latency

@@ -80,3 +80,27 @@ def test_device_run_vad_answers_at_the_end_of_speech(command, tmp_path, capsys, 
     spoken = len(command) / SAMPLE_RATE
     assert whole == pytest.approx(len(soundfile.read(path)[0]) / SAMPLE_RATE, abs=0.01)
     assert spoken < cut < spoken + 1.0 < whole  # the first command and its trailing silence, not the second
+
+
+def test_device_run_vad_with_the_pause_pilot_replays_the_speech_and_models_the_silence(command, tmp_path, capsys,
+                                                                                       cloud_support):
+    """`--vad --pause-pilot`: the replay hears the speech up to where the VAD heard it end, and its pause pilot
+    (run in the modelled silence) is the last pilot."""
+    import soundfile
+    from pasu.cli import main
+
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    path = tmp_path / "two-commands.wav"
+    soundfile.write(path, np.concatenate([command, silence(2.0), command]), SAMPLE_RATE)
+    capsys.readouterr()
+
+    def run(*flags: str) -> dict:
+        assert main(["device", "run", "--audio", str(path), "--model", str(model), "--json", "--vad", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain, paused = run(), run("--pause-pilot")
+    endpointer = Endpointer()
+    feed(endpointer, np.concatenate([command, silence(2.0)]))
+    assert paused["audio_seconds"] == pytest.approx(endpointer.last_speech_end, abs=0.01)
+    assert paused["audio_seconds"] < plain["audio_seconds"] - 0.5  # the trailing silence is modelled, not replayed
+    assert paused["pilots"] >= 1
