@@ -14,6 +14,7 @@ One utterance at a time; `feed` again after `end` starts the next one.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,8 +35,9 @@ def open_agent(model_dir: str | os.PathLike, config: DeviceConfig = DeviceConfig
     Sets the process's torch threads to `agent.threads`. Close the agent (or use it in `with`) to close its client.
 
     FileNotFoundError: no model there, or a policy needs offramps the model lacks; ValueError: a threshold neither
-    set nor calibrated, an LM that does not fit, a setting out of range."""
-    from pasu.device.offramp_train import load_device_model
+    set nor calibrated, an LM that does not fit, a setting out of range. Warns (UserWarning) when the thresholds
+    were calibrated on pilots scheduled otherwise than `agent.pilot` (`schedule_mismatch`)."""
+    from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model, schedule_mismatch
     from pasu.torch_threads import set_torch_threads
 
     model_dir = Path(model_dir)
@@ -48,6 +50,9 @@ def open_agent(model_dir: str | os.PathLike, config: DeviceConfig = DeviceConfig
     except (OSError, ValueError) as error:
         raise ValueError(f"agent.lm {config.agent.lm!r}: {error}") from error
     policy, cloud = routing_of(config.routing, model, model_dir, token)
+    if policy is not None and (mismatch := schedule_mismatch(config.routing, config.agent.pilot,
+                                                              model_dir / OFFRAMP_DIR)):
+        warnings.warn(mismatch, stacklevel=2)
     return DeviceAgent(model, config.agent, policy, cloud)
 
 

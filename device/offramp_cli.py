@@ -154,8 +154,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from pasu.device.agent import PilotOptions
-    from pasu.device.offramp_train import OFFRAMP_DIR, THRESHOLDS, load_thresholds
+    from pasu.device.offramp_train import OFFRAMP_DIR, THRESHOLDS, calibrated_pilots, load_thresholds
 
     folder = args.model if (args.model / THRESHOLDS).is_file() else args.model / OFFRAMP_DIR
     try:
@@ -166,8 +165,7 @@ def run_show(args: argparse.Namespace) -> int:
     lm = f", LM {report['lm']} at {report['lm_weight']} in the final decode" if report.get("lm") else ""
     print(f"{folder}: calibrated on {report.get('utterances', '?')} {report.get('split', '?')} utterances of "
           f"{report.get('model', '?')}, cloud {report.get('cloud_model') or 'none'}{lm}")
-    if pilots := report.get("pilots"):  # reports from before the schedule was recorded ran the default
-        print(f"pilots: {PilotOptions(**pilots).describe()}")
+    print(f"pilots: {calibrated_pilots(report).describe()}")
     print_report(report)
     return 0
 

@@ -31,6 +31,7 @@ from pasu.device.calibration import (
 )
 from pasu.device.intent_offramp import IntentErrorModel, IntentEvidence, IntentMixture, IntentOfframp
 from pasu.models.intent_reader import READER_FILES, IntentReader
+from pasu.device.agent import PilotOptions
 from pasu.device.offramp_data import BAD_WER, OfframpSample
 from pasu.device.offramp_net import Fitter, LearnedOfframp, TrainOptions
 from pasu.device.routing import (
@@ -401,6 +402,37 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
     calibrated = {"threshold": parts.get(routing.word_part), "intent_threshold": parts.get("intent")}
     return replace(routing, **{name: calibrated[name] for name in routing.unset_thresholds
                                if calibrated[name] is not None})
+
+
+# The pilot schedule of a calibration whose report does not name one (reports before `--tau` came in): the
+# paper's, then the agent's only one
+PAPER_PILOTS = {"enabled": True, "start_seconds": 1.5, "interval_seconds": 1.0}
+
+
+def calibrated_pilots(report: dict[str, Any]) -> PilotOptions:
+    """The pilot schedule of the replays a calibration report's thresholds were placed on."""
+    # a schedule names the pause pilot only when it is on (PilotOptions.schedule)
+    return PilotOptions(**{"at_pause": False, **report.get("pilots", PAPER_PILOTS)})
+
+
+def schedule_mismatch(routing: RoutingOptions, pilot: PilotOptions, folder: str | Path) -> str | None:
+    """Why `routing`'s calibrated thresholds from `folder` do not fit an agent whose pilots run as `pilot`, or None.
+
+    The offramps judge the last pilot, and a schedule that ends it elsewhere (without the pause pilot, say) gives
+    other scores: the calibrated Offload-M then offloads another share than it was placed for. Thresholds set by
+    hand, and checks that read no pilot (the end-of-speech pilot's, the full decode's), are left alone."""
+    reads_pilots = routing.reads_intent or (routing.word_check is not None and routing.judges == "pilot")
+    if not (routing.unset_thresholds and reads_pilots):
+        return None
+    try:
+        calibrated = calibrated_pilots(load_thresholds(folder))
+    except FileNotFoundError:
+        return None
+    if calibrated.schedule() == pilot.schedule():
+        return None
+    return (f"{folder}: the {routing.policy} thresholds were calibrated with pilots {calibrated.describe()}, but "
+            f"the agent runs them {pilot.describe()}, so they offload another share than calibrated: run the agent "
+            "with the folder's schedule, or recalibrate with `pasu offramp train` and the agent's pilot options")
 
 
 def load_thresholds(folder: str | Path) -> dict[str, Any]:

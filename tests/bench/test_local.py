@@ -18,6 +18,8 @@ CONFIGS = ("espnet_beam", "espnet_batch", "ours", "ours_all")
 def test_ours_is_the_agents_shipped_decode_and_ours_all_turns_every_shortcut_on():
     configs = configurations()
     assert configs["ours"].final_search == AgentOptions().final_search
+    assert configs["ours_pause"].pilot == AgentOptions().pilot  # the agent as shipped
+    assert not configs["ours"].pilot.at_pause  # ends where ESPnet's decoders do, at the speech's end
     shortcuts = ("beam_collapse", "early_termination", "ctc_leap")
     assert not any(getattr(configs["ours"].final_search, o) for o in shortcuts)
     assert all(getattr(configs["ours_all"].final_search, o) for o in (*shortcuts, "stop_when_decided"))

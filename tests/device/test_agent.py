@@ -27,10 +27,12 @@ from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline, plot_timeline
 
 NO_PILOTS = AgentOptions(pilot=PilotOptions(enabled=False), final_search=SearchOptions())
+SCHEDULED = AgentOptions(pilot=PilotOptions(at_pause=False))  # the paper's pilots: none in the endpointer's wait
 
 
 def test_replay_runs_pilots_during_ingestion_and_times_what_follows_end_of_speech(tiny_model, speech_like, tmp_path):
-    result = replay(tiny_model, speech_like(2.8, seed=1), AgentOptions(pilot=PilotOptions(interval_seconds=0.5)))
+    paper = PilotOptions(interval_seconds=0.5, at_pause=False)  # the replay's endpointer an oracle (module doc)
+    result = replay(tiny_model, speech_like(2.8, seed=1), AgentOptions(pilot=paper))
     assert result.pilots >= 2
     assert result.route == "local" and result.latency > 0
     kinds = {e.kind for e in result.timeline.events}
@@ -245,7 +247,7 @@ def test_the_end_policy_judges_the_end_of_speech_pilot_and_decodes_on_the_same_e
     assert [e.kind for e in sent.timeline.events if e.kind in ("end_pilot", "cloud", "decode")] == ["end_pilot", "cloud"]
 
 
-PAUSE_PILOT = AgentOptions(pilot=PilotOptions(at_pause=True))
+PAUSE_PILOT = AgentOptions()  # the agent as shipped
 
 
 def test_the_pause_pilot_hears_all_the_speech_inside_the_endpointers_silence(tiny_model, speech_like):
@@ -264,7 +266,7 @@ def test_the_pause_pilot_hears_all_the_speech_inside_the_endpointers_silence(tin
             return super().decide(hypothesis, speech_seconds)
 
     result = replay(tiny_model, wave, PAUSE_PILOT, Recording())
-    scheduled = replay(tiny_model, wave, AgentOptions())
+    scheduled = replay(tiny_model, wave, SCHEDULED)
     pilots = [e for e in result.timeline.events if e.kind == "pilot"]
     assert result.pilots == scheduled.pilots + 1
     assert pilots[-1].info["audio"] == pytest.approx(2.65, abs=0.01)  # scheduled ones heard 1.5 and 2.5 s
@@ -283,7 +285,7 @@ def test_a_pause_pilot_that_outlasts_the_endpointers_silence_is_abandoned(tiny_m
     result = replay(tiny_model, speech_like(2.65, seed=11), slow)
     abandoned = [e for e in result.timeline.events if e.kind == "pilot_abandoned"]
     assert [e.info["audio"] for e in abandoned] == [pytest.approx(2.65, abs=0.01)]
-    assert result.pilots == replay(tiny_model, speech_like(2.65, seed=11), AgentOptions()).pilots
+    assert result.pilots == replay(tiny_model, speech_like(2.65, seed=11), SCHEDULED).pilots
 
 
 def test_the_live_agent_runs_a_pilot_when_told_the_speaker_paused(tiny_model, speech_like):
@@ -302,4 +304,4 @@ def test_the_live_agent_runs_a_pilot_when_told_the_speaker_paused(tiny_model, sp
         return agent.end().pilots
 
     assert pilots(PAUSE_PILOT) == 1
-    assert pilots(AgentOptions()) == 0
+    assert pilots(SCHEDULED) == 0

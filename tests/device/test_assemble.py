@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -36,14 +37,18 @@ def test_the_routing_config_offloads_to_its_servers_at_the_calibrated_level(mode
     server = ServerThread(cloud_support.tiny_recognizer("cloud-tiny"),
                           ServerConfig(port=0, metrics_port=None, text_intent=None))
     server.start()
-    report = {"calibration_version": CALIBRATION_VERSION, "ppl": cloud_support.offramp_levels(9e9, -1.0, 9e9)}
+    report = {"calibration_version": CALIBRATION_VERSION, "ppl": cloud_support.offramp_levels(9e9, -1.0, 9e9),
+              "pilots": DeviceConfig().agent.pilot.schedule()}
     (model_dir / "offramp").mkdir()
     (model_dir / "offramp" / "offramp.json").write_text(json.dumps(report))
     try:
         def route(level: str) -> str:
             config = config_from_dict({"routing": {"cloud": [f"127.0.0.1:{server.port}"], "policy": "ppl",
                                                    "level": level}})
-            with open_agent(model_dir, config) as agent:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # calibrated on the agent's own schedule: nothing to warn of
+                agent = open_agent(model_dir, config)
+            with agent:
                 return speak(agent, speech_like(2.0, seed=3)).route
 
         assert (route("M"), route("L")) == ("cloud", "local")  # perplexity x seconds > -1, never > 9e9
@@ -63,3 +68,13 @@ def test_what_is_missing_is_said_before_any_audio(model_dir, tmp_path):
     with pytest.raises(ValueError, match="agent.lm"):
         open_agent(model_dir, config_from_dict({"agent": {"lm": str(tmp_path / "no-lm")}}))
     assert DeviceConfig().routing.cloud == ()  # the default: local only
+
+
+def test_thresholds_calibrated_on_other_pilots_are_warned_of(model_dir, cloud_support):
+    """The shipped agent's pause pilot against a folder calibrated without it: the offload share would drift."""
+    report = {"calibration_version": CALIBRATION_VERSION, "ppl": cloud_support.offramp_levels(2.5, 1.9, 1.6)}
+    (model_dir / "offramp").mkdir()
+    (model_dir / "offramp" / "offramp.json").write_text(json.dumps(report))  # the paper's schedule, no pause pilot
+    config = config_from_dict({"routing": {"cloud": ["127.0.0.1:9"], "policy": "ppl"}})
+    with pytest.warns(UserWarning, match="calibrated with pilots every 1 s"):
+        open_agent(model_dir, config).close()

@@ -179,10 +179,11 @@ def test_offramp_show_prints_a_models_calibration(tmp_path, capsys):
     assert args.run(args) == 0  # a model folder: its offramp/ is read
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("calibrated on 30 dev utterances of m, cloud none")
-    assert lines[1] == "ppl: ROC AUC 0.750, average precision 0.800 (60.0% positive)"
-    assert lines[3] == "  Offload-M: threshold 3 -> offload 47.0%, WER 15.0%"
-    assert lines[5] == "bilstm (learned the local WER): ROC AUC 0.800, average precision 0.900 (60.0% positive)"
-    assert lines[9] == "intent: not measurable (one class only)"
+    assert lines[1] == "pilots: every 1 s of audio from 1.5 s"  # none named: the paper's schedule
+    assert lines[2] == "ppl: ROC AUC 0.750, average precision 0.800 (60.0% positive)"
+    assert lines[4] == "  Offload-M: threshold 3 -> offload 47.0%, WER 15.0%"
+    assert lines[6] == "bilstm (learned the local WER): ROC AUC 0.800, average precision 0.900 (60.0% positive)"
+    assert lines[10] == "intent: not measurable (one class only)"
     args = parser.parse_args(["offramp", "show", str(tmp_path / "offramp")])  # the offramp folder itself
     assert args.run(args) == 0 and capsys.readouterr().out.splitlines()[1:] == lines[1:]
 
@@ -218,9 +219,11 @@ def test_replays_follow_the_pilot_schedule_asked_for(tiny_model, speech_like, tm
     every_second = replayed("tau1", AgentOptions())
     twice_a_second = replayed("tau05", with_pilots(AgentOptions(), interval_seconds=0.5))
     none = replayed("none", with_pilots(AgentOptions(), enabled=False))
-    assert every_second.pilots == 3 and twice_a_second.pilots == 5  # from 1.5 s: at 1.5, 2.5, 3.5 / every 0.5 s to 3.5
+    # from 1.5 s: at 1.5, 2.5, 3.5 / every 0.5 s to 3.5, then the pause pilot on all 3.9 s
+    assert every_second.pilots == 4 and twice_a_second.pilots == 6
     assert none.pilots == 0 and none.early == none.final  # judged on the full decode
-    assert replayed("tau1", with_pilots(AgentOptions(), interval_seconds=0.5)).pilots == 5  # not the cached tau 1
+    assert replayed("tau1", with_pilots(AgentOptions(), interval_seconds=0.5)).pilots == 6  # not the cached tau 1
+    assert replayed("tau1", with_pilots(AgentOptions(), at_pause=False)).pilots == 3  # nor the pause pilot's
 
 
 def test_offramps_trained_for_an_agent_with_an_lm_record_it_and_show_it(tmp_path, capsys):
@@ -242,7 +245,8 @@ def test_offramps_trained_for_an_agent_with_an_lm_record_it_and_show_it(tmp_path
     assert args.run(args) == 0
     report = json.loads((model / "offramp" / "offramp.json").read_text())
     assert report["lm"] == str(lm) and report["lm_weight"] == 0.2
-    assert report["pilots"] == {"enabled": True, "start_seconds": 1.5, "interval_seconds": 0.5}
+    assert report["pilots"] == {"enabled": True, "start_seconds": 1.5, "interval_seconds": 0.5, "at_pause": True,
+                                "pause_seconds": 0.2}
     options = json.loads((model / "offramp" / "replays-dev.jsonl").read_text().splitlines()[0])["key"]["options"]
     assert options["lm"] == str(lm) and options["final_search"]["lm_weight"] == 0.2  # the replays' agent fused it
     capsys.readouterr()

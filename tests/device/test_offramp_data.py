@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import soundfile as sf
 import torch
-from pasu.device.agent import AgentOptions, replay
+from pasu.device.agent import AgentOptions, PilotOptions, replay
 from pasu.device.offramp_data import (
     cache_key,
     collect,
@@ -16,6 +16,7 @@ from pasu.device.offramp_data import (
 )
 from pasu.models.data import Utterance
 
+SCHEDULED = AgentOptions(pilot=PilotOptions(at_pause=False))  # the paper's pilots: none in the endpointer's wait
 
 def utterances(tmp_path, speech_like) -> list[Utterance]:
     """A long utterance with one pilot (at 1.5 s, with 0.7 s of audio left to finish in: its count cannot hang on
@@ -31,7 +32,7 @@ def utterances(tmp_path, speech_like) -> list[Utterance]:
 def test_samples_hold_the_pilot_for_the_early_decision_and_the_full_decode_for_the_late_one(tiny_model, speech_like,
                                                                                               tmp_path):
     search = tiny_model.search
-    long, short = collect(tiny_model, utterances(tmp_path, speech_like))
+    long, short = collect(tiny_model, utterances(tmp_path, speech_like), SCHEDULED)
     assert tiny_model.search is search  # the recorder is removed again
     assert long.pilots >= 1 and long.early is not None and long.final is not None
     assert long.early.ended is False or len(long.early.token_att) == len(long.early.tokens) + 1
@@ -101,17 +102,17 @@ def test_replays_spread_over_processes_answer_as_one_process_does(tiny_model, sp
 def test_the_pause_pilot_keys_its_own_replays_and_leaves_older_caches_valid(tiny_model, speech_like, tmp_path):
     from dataclasses import asdict
 
-    from pasu.device.agent import with_pilots
-
-    plain = cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", ["u0"], AgentOptions())
+    plain = cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", ["u0"], SCHEDULED)
     assert "at_pause" not in plain["options"]["pilot"]  # as a cache written before the pause pilot holds it
     assert plain["options"]["pilot"].keys() | {"at_pause", "pause_seconds"} == asdict(AgentOptions().pilot).keys()
-    paused = with_pilots(AgentOptions(), at_pause=True)
+    paused = AgentOptions()  # the agent as shipped
     assert cache_key(tiny_model.model_id, tmp_path / "dev.jsonl", ["u0"], paused) != plain
-    long = collect(tiny_model, utterances(tmp_path, speech_like)[:1], paused)[0]
+    long, short = collect(tiny_model, utterances(tmp_path, speech_like), paused)
     stream = tiny_model.open_stream()
     stream.accept(sf.read(tmp_path / "u0.flac", dtype="float32")[0])
     with torch.no_grad():
         whole = stream.encode().size(0)
     assert long.pilots == 2 and len(long.early.encoded) == whole  # the early decision judges the whole input's pilot
     assert long.decision_at < long.local_latency
+    # a command shorter than T_s has no scheduled pilot, but the pause pilot runs on it: judged before the decode
+    assert short.pilots == 1 and short.early != short.final and short.decision_at < short.local_latency

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from pasu.device.agent import PilotOptions
 from pasu.device.bilstm_offramp import BiLstmOfframp, EndBiLstmOfframp, LateBiLstmOfframp, pilot_features
 from pasu.device.offramp_net import TrainOptions
 from pasu.device.offramp_data import HypothesisFeatures, OfframpSample
@@ -15,6 +16,7 @@ from pasu.device.offramp_train import (
     OfframpTrainOptions,
     answer_intent_accuracy,
     calibrated_routing,
+    schedule_mismatch,
     either_thresholds,
     fit_offramps,
     load_bilstm,
@@ -281,6 +283,24 @@ def test_unset_thresholds_are_the_models_calibrated_offload_m(tmp_path):
     assert calibrated_routing(RoutingOptions(policy="bilstm"), tmp_path).threshold == 0.6
     pair = calibrated_routing(RoutingOptions(policy="bilstm+intent"), tmp_path)
     assert (pair.threshold, pair.intent_threshold) == (1.4 * 0.6, 1.4 * 0.3)
+
+
+def test_thresholds_calibrated_on_another_pilot_schedule_are_named(tmp_path):
+    """Calibrated thresholds fit only the pilots they were placed on: another schedule is said, with both."""
+    report = {"calibration_version": CALIBRATION_VERSION, "ppl": support.offramp_levels(2.5, 1.9, 1.6)}
+    (tmp_path / "offramp.json").write_text(json.dumps(report))  # no schedule named: the paper's
+    paper, pause = PilotOptions(at_pause=False), PilotOptions(at_pause=True)
+    assert schedule_mismatch(RoutingOptions(policy="ppl"), paper, tmp_path) is None
+    mismatch = schedule_mismatch(RoutingOptions(policy="ppl"), pause, tmp_path)
+    assert f"calibrated with pilots {paper.describe()}, but the agent runs them {pause.describe()}," in mismatch
+    assert "pasu offramp train" in mismatch
+    report["pilots"] = pause.schedule()
+    (tmp_path / "offramp.json").write_text(json.dumps(report))
+    assert schedule_mismatch(RoutingOptions(), pause, tmp_path) is None
+    assert schedule_mismatch(RoutingOptions(policy="intent"), paper, tmp_path) is not None  # reads pilots too
+    assert schedule_mismatch(RoutingOptions(policy="ppl", threshold=2.0), paper, tmp_path) is None  # set by hand
+    assert schedule_mismatch(RoutingOptions(policy="ppl-end"), paper, tmp_path) is None  # reads no pilot
+    assert schedule_mismatch(RoutingOptions(policy="ppl"), paper, tmp_path / "none") is None  # nothing calibrated
 
 
 def test_the_level_picks_the_calibrated_operating_point(tmp_path):

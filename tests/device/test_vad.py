@@ -76,7 +76,7 @@ def test_device_run_vad_answers_at_the_end_of_speech(command, tmp_path, capsys, 
         assert main(["device", "run", "--audio", str(path), "--model", str(model), "--json", *flags]) == 0
         return json.loads(capsys.readouterr().out)["audio_seconds"]
 
-    whole, cut = seconds(), seconds("--vad")
+    whole, cut = seconds("--no-pause-pilot"), seconds("--vad", "--no-pause-pilot")  # the VAD's cut replayed whole
     spoken = len(command) / SAMPLE_RATE
     assert whole == pytest.approx(len(soundfile.read(path)[0]) / SAMPLE_RATE, abs=0.01)
     assert spoken < cut < spoken + 1.0 < whole  # the first command and its trailing silence, not the second
@@ -84,8 +84,8 @@ def test_device_run_vad_answers_at_the_end_of_speech(command, tmp_path, capsys, 
 
 def test_device_run_vad_with_the_pause_pilot_replays_the_speech_and_models_the_silence(command, tmp_path, capsys,
                                                                                        cloud_support):
-    """`--vad --pause-pilot`: the replay hears the speech up to where the VAD heard it end, and its pause pilot
-    (run in the modelled silence) is the last pilot."""
+    """`--vad` with the pause pilot (the default): the replay hears the speech up to where the VAD heard it end,
+    and its pause pilot (run in the modelled silence) is the last pilot."""
     import soundfile
     from pasu.cli import main
 
@@ -98,7 +98,7 @@ def test_device_run_vad_with_the_pause_pilot_replays_the_speech_and_models_the_s
         assert main(["device", "run", "--audio", str(path), "--model", str(model), "--json", "--vad", *flags]) == 0
         return json.loads(capsys.readouterr().out)
 
-    plain, paused = run(), run("--pause-pilot")
+    plain, paused = run("--no-pause-pilot"), run()
     endpointer = Endpointer()
     feed(endpointer, np.concatenate([command, silence(2.0)]))
     assert paused["audio_seconds"] == pytest.approx(endpointer.last_speech_end, abs=0.01)
