@@ -54,6 +54,9 @@ from pasu.torch_threads import adopt_torch_threads
 
 Decoder = Literal["pilot", "espnet_batch", "espnet_beam"]
 
+# DeviceAgent's queue: the endpointer heard a pause (a marker, not audio)
+_PAUSED = np.zeros(0, dtype=np.float32)
+
 
 @dataclass(frozen=True)
 class PilotOptions:
@@ -406,10 +409,10 @@ class DeviceAgent:
         return s.model.read(s.last_pilot.best.tokens).text if s and s.last_pilot and s.last_pilot.best else ""
 
     def pause(self) -> None:
-        """The endpointer heard the speaker pause: with PilotOptions.at_pause, a pilot on everything heard runs
-        after the next chunk (the live microphone keeps delivering the silence)."""
+        """The endpointer heard the speaker pause: with PilotOptions.at_pause, a pilot on everything fed so far runs
+        next. Queued behind the audio, so that the pilot hears it all and needs no further chunk."""
         if self._session is not None:
-            self._session.pause()
+            self._queue.put(_PAUSED)
 
     def end(self) -> AgentResult:
         """End of speech: finish the utterance and return its one result."""
@@ -440,7 +443,10 @@ class DeviceAgent:
         session = self._session
         try:
             while (chunk := self._queue.get()) is not None:
-                session.ingest(chunk)
+                if chunk is _PAUSED:
+                    session.pause()
+                else:
+                    session.ingest(chunk)
                 while self._queue.empty() and not self._ended.is_set() and session.pilot_due():
                     session.run_pilot(self._ended.is_set)
             self._result = session.finish(self._end_of_speech)
@@ -508,16 +514,26 @@ class LocalAnswers:
 
 
 def play_realtime(agent: DeviceAgent, audio: np.ndarray, utterance_id: str = "") -> AgentResult:
-    """Feed `audio` at real-time pace (chunk k at its due time), then end(): what a microphone would do."""
+    """Feed `audio` at real-time pace (chunk k at its due time), then end(): what a microphone would do. The speech
+    ends where `audio` does, and the endpointer is the one `replay` models: with the pause pilot, the pause is heard
+    `pause_seconds` after the audio and the end declared `VadOptions.trailing_silence_s` after it."""
     agent.start(utterance_id)
     t0 = time.perf_counter()
-    elapsed = 0.0
-    for piece in chunks(np.asarray(audio, dtype=np.float32), agent.options.chunk_seconds):
-        elapsed += len(piece) / SAMPLE_RATE
-        delay = t0 + elapsed - time.perf_counter()
-        if delay > 0:
+
+    def sleep_until(elapsed: float) -> None:
+        if (delay := t0 + elapsed - time.perf_counter()) > 0:
             time.sleep(delay)
+
+    speech_end = 0.0
+    for piece in chunks(np.asarray(audio, dtype=np.float32), agent.options.chunk_seconds):
+        speech_end += len(piece) / SAMPLE_RATE
+        sleep_until(speech_end)
         agent.feed(piece)
+    pilot = agent.options.pilot
+    if pilot.enabled and pilot.at_pause:
+        sleep_until(speech_end + pilot.pause_seconds)
+        agent.pause()
+        sleep_until(speech_end + VadOptions().trailing_silence_s)
     return agent.end()
 
 

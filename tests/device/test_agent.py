@@ -25,6 +25,7 @@ from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model
 from pasu.device.routing import AllOffload, OfframpPolicy, OnDevice, PerplexityOfframp
 from pasu.device.runtime import DeviceModel
 from pasu.device.timeline import Timeline, plot_timeline
+from pasu.device.vad import VadOptions
 
 NO_PILOTS = AgentOptions(pilot=PilotOptions(enabled=False), final_search=SearchOptions())
 SCHEDULED = AgentOptions(pilot=PilotOptions(at_pause=False))  # the paper's pilots: none in the endpointer's wait
@@ -113,7 +114,8 @@ def test_live_agent_gives_the_replay_answer(tiny_model, speech_like):
 
 
 def test_realtime_pacing_with_pilots_returns_one_result(tiny_model, speech_like):
-    agent = DeviceAgent(tiny_model, AgentOptions(pilot=PilotOptions(start_seconds=0.5, interval_seconds=0.3)))
+    scheduled = PilotOptions(start_seconds=0.5, interval_seconds=0.3, at_pause=False)  # an oracle endpointer
+    agent = DeviceAgent(tiny_model, AgentOptions(pilot=scheduled))
     result = play_realtime(agent, speech_like(1.2, seed=4))
     assert result.pilots >= 1
     assert result.timeline.end_of_speech == pytest.approx(1.2, abs=0.3)
@@ -253,8 +255,6 @@ PAUSE_PILOT = AgentOptions()  # the agent as shipped
 def test_the_pause_pilot_hears_all_the_speech_inside_the_endpointers_silence(tiny_model, speech_like):
     """With at_pause the last pilot, which the offramp judges, is one on the whole input, run after the pause is
     heard and before the endpointer declares the end; latency counts from that declaration."""
-    from pasu.device.vad import VadOptions
-
     wave = speech_like(2.65, seed=11)
     judged = []
 
@@ -286,6 +286,16 @@ def test_a_pause_pilot_that_outlasts_the_endpointers_silence_is_abandoned(tiny_m
     abandoned = [e for e in result.timeline.events if e.kind == "pilot_abandoned"]
     assert [e.info["audio"] for e in abandoned] == [pytest.approx(2.65, abs=0.01)]
     assert result.pilots == replay(tiny_model, speech_like(2.65, seed=11), SCHEDULED).pilots
+
+
+def test_realtime_pacing_models_the_endpointer_as_the_replay_does(tiny_model, speech_like):
+    """play_realtime (the demo, `pasu device run --realtime`) with the pause pilot: the last pilot hears all the
+    audio with no chunk after it, and the end is declared the VAD's silence after the speech, as in a replay."""
+    wave = speech_like(1.2, seed=3)  # short of T_s: the pause pilot is the only one
+    result = play_realtime(DeviceAgent(tiny_model, PAUSE_PILOT), wave)
+    assert result.pilots == replay(tiny_model, wave, PAUSE_PILOT).pilots == 1
+    assert result.timeline.end_of_speech == pytest.approx(1.2 + VadOptions().trailing_silence_s, abs=0.3)
+    assert play_realtime(DeviceAgent(tiny_model, SCHEDULED), wave).pilots == 0
 
 
 def test_the_live_agent_runs_a_pilot_when_told_the_speaker_paused(tiny_model, speech_like):
