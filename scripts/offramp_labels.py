@@ -128,14 +128,14 @@ def dev_replays(folder: Path, stem: str) -> list:
     return [s for path in folds for s in load_samples(path)]
 
 
-def test_run(run: Path, profile: str) -> tuple[list, list]:
-    """A `pasu bench hybrid` run's `test` replays and the round trips it saved for them on a network profile."""
-    calls_path = run / f"calls-{profile}.jsonl"
+def test_run(run: Path, profile: str, split: str = "test") -> tuple[list, list]:
+    """A `pasu bench hybrid` run's replays of `split` and the round trips it saved for them on a network profile."""
+    calls_path, replays_path = run / f"calls-{profile}.jsonl", run / f"replays-{split}.jsonl"
     key = json.loads(calls_path.read_text().split("\n", 1)[0])["key"]
     _, calls = load_offloads(calls_path, key)
-    samples = load_samples(run / "replays-test.jsonl")
-    if [s.id for s in samples] != key["ids"]:
-        raise SystemExit(f"{calls_path} was saved for other utterances than {run / 'replays-test.jsonl'}")
+    samples = load_samples(replays_path)
+    if samples is None or [s.id for s in samples] != key["ids"]:
+        raise SystemExit(f"{calls_path} was saved for other utterances than {replays_path}")
     return samples, calls
 
 

@@ -66,10 +66,11 @@ def inputs(sample: OfframpSample, doubts: np.ndarray, columns: list[int]) -> np.
     return np.concatenate([base, doubts[:len(base), columns]], 1) if columns else base
 
 
-def test_pricer(run: Path, profile: str) -> tuple[list[OfframpSample], Callable[[np.ndarray], str]]:
-    """The run's `test` replays, and a function from their P(bad) (inf: no pilot, offloaded first, as the bench
+def test_pricer(run: Path, profile: str,
+                split: str = "test") -> tuple[list[OfframpSample], Callable[[np.ndarray], str]]:
+    """The run's replays of `split`, and a function from their P(bad) (inf: no pilot, offloaded first, as the bench
     does) to the four targets' offload / NaiveHybrid."""
-    samples, calls = test_run(run, profile)
+    samples, calls = test_run(run, profile, split)
     local, cloud, words = edit_totals(samples, calls)
     seconds = np.array([s.duration for s in samples])
 
