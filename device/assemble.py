@@ -6,6 +6,8 @@
     with open_agent("models/shipped/device", load_config("my-agent.yaml")) as agent:
         for chunk in microphone():        # 16 kHz mono float32, any chunk size
             agent.feed(chunk)
+            if heard_a_pause():           # the endpointer's first 0.2 s of silence (agent.pilot.pause_seconds)
+                agent.pause()             # the pause pilot, which the calibrated thresholds expect
         result = agent.end()              # at end of speech: text, intent, slots, route, latency, ...
 
 One utterance at a time; `feed` again after `end` starts the next one.
