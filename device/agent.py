@@ -465,9 +465,7 @@ def replay(model: DeviceModel, audio: np.ndarray, options: AgentOptions = AgentO
     pieces = chunks(np.asarray(audio, dtype=np.float32), options.chunk_seconds)
     due = np.cumsum([len(p) for p in pieces]) / SAMPLE_RATE
     speech_end = float(due[-1]) if len(due) else 0.0
-    pause_pilot = options.pilot.enabled and options.pilot.at_pause
-    # without the pause pilot the endpointer is an oracle (the module doc)
-    end_of_speech = speech_end + (VadOptions().trailing_silence_s if pause_pilot else 0.0)
+    pause_at, end_of_speech = modelled_endpointer(options.pilot, speech_end)
     k = 0
     while k < len(pieces):
         wait = clock.idle_until if k == len(pieces) - 1 else clock.wait_until  # see the module doc
@@ -477,8 +475,8 @@ def replay(model: DeviceModel, audio: np.ndarray, options: AgentOptions = AgentO
             k += 1
         if k < len(pieces) and due[k] > clock.now() and session.pilot_due():
             session.run_pilot(lambda: clock.now() > end_of_speech)
-    if pause_pilot:
-        clock.idle_until(speech_end + options.pilot.pause_seconds)
+    if pause_at is not None:
+        clock.idle_until(pause_at)
         session.pause()
         if session.pilot_due():  # abandoned, as any pilot, should it outlast the endpointer's silence
             session.run_pilot(lambda: clock.now() > end_of_speech)
@@ -529,12 +527,20 @@ def play_realtime(agent: DeviceAgent, audio: np.ndarray, utterance_id: str = "")
         speech_end += len(piece) / SAMPLE_RATE
         sleep_until(speech_end)
         agent.feed(piece)
-    pilot = agent.options.pilot
-    if pilot.enabled and pilot.at_pause:
-        sleep_until(speech_end + pilot.pause_seconds)
+    pause_at, end_of_speech = modelled_endpointer(agent.options.pilot, speech_end)
+    if pause_at is not None:
+        sleep_until(pause_at)
         agent.pause()
-        sleep_until(speech_end + VadOptions().trailing_silence_s)
+        sleep_until(end_of_speech)
     return agent.end()
+
+
+def modelled_endpointer(pilot: PilotOptions, speech_end: float) -> tuple[float | None, float]:
+    """When the endpointer modelled after a file's speech hears the pause (None: no pause pilot) and when it
+    declares the end: without the pause pilot an oracle, at the speech's end (the module doc)."""
+    if not (pilot.enabled and pilot.at_pause):
+        return None, speech_end
+    return speech_end + pilot.pause_seconds, speech_end + VadOptions().trailing_silence_s
 
 
 def espnet_search_for(model: DeviceModel, options: AgentOptions) -> Any:

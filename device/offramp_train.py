@@ -406,13 +406,14 @@ def calibrated_routing(routing: RoutingOptions, folder: str | Path) -> RoutingOp
 
 # The pilot schedule of a calibration whose report does not name one (reports before `--tau` came in): the
 # paper's, then the agent's only one
-PAPER_PILOTS = {"enabled": True, "start_seconds": 1.5, "interval_seconds": 1.0}
+PAPER_PILOTS = PilotOptions(at_pause=False)
 
 
 def calibrated_pilots(report: dict[str, Any]) -> PilotOptions:
     """The pilot schedule of the replays a calibration report's thresholds were placed on."""
     # a schedule names the pause pilot only when it is on (PilotOptions.schedule)
-    return PilotOptions(**{"at_pause": False, **report.get("pilots", PAPER_PILOTS)})
+    pilots = report.get("pilots")
+    return PilotOptions(**{"at_pause": False, **pilots}) if pilots else PAPER_PILOTS
 
 
 def schedule_mismatch(routing: RoutingOptions, pilot: PilotOptions, folder: str | Path) -> str | None:
