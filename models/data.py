@@ -72,10 +72,11 @@ def load_split(corpus_dir: str | Path, split: str) -> list[Utterance]:
         built = sorted(p.stem for p in corpus_dir.glob("*.jsonl")) if corpus_dir.is_dir() else []
         raise MissingSplitError(f"{manifest} not found: the corpus has no {split!r} split (it has: "
                                 f"{', '.join(built) or 'none'}); render it with `pasu corpus build --splits {split}`")
-    return [_utterance(row, corpus_dir) for row in read_jsonl(manifest)]
+    return [utterance_from_row(row, corpus_dir) for row in read_jsonl(manifest)]
 
 
-def _utterance(row: dict, corpus_dir: Path) -> Utterance:
+def utterance_from_row(row: dict, corpus_dir: Path) -> Utterance:
+    """One `pasu corpus build` manifest row as an Utterance (audio paths relative to `corpus_dir`)."""
     slots = None if row.get("slots") is None else tuple(Slot(str(t), str(v)) for t, v in row["slots"])
     return Utterance(
         id=row["id"],

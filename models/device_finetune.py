@@ -15,8 +15,13 @@ call, and Ogg Opus at the bitrates that fit costs this model 2-5 WER points (`sc
   teacher-forced `dev` loss now and then picks the best state, and the last few evaluated states are averaged.
   Writes both as float16.
 
+- `finetune_fresh` (there): the same training on speech `pasu corpus build` renders on the GPU machine's own
+  cores during the run (pasu.models.fresh_feed), so the carry limits only the `dev` pack; features are computed
+  on the GPU from the waveforms (scripts/device_fresh_gpu.sh).
+
 Tried on an H200 (the device's training log, sitting 19): 10-20 passes over the 25,000 renderings four calls
-carried raised `dev` loss in every setting; the shipped device was not replaced.
+carried raised `dev` loss in every setting; the shipped device was not replaced. The fresh path (sitting 21)
+awaits a lease.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from tqdm import tqdm
 
 from pasu.models.build import DEFAULT_SPECAUG_CONF
 from pasu.models.data import IGNORE_ID, bucket_batches, dev_subset, load_split, read_audio
+from pasu.models.fresh_feed import ShardFeed
 from pasu.models.gpu_lease import TimeBoxedTraining, fill_parts
 from pasu.models.package import half_state_dict, load_packaged
 from pasu.models.tokenizer import Tokenizer
@@ -77,6 +83,10 @@ class FinetuneOptions:
     warp: float = 0.0
     tempo: float = 0.0
     seed: int = 0
+    # fresh speech (finetune_fresh): padded seconds of audio per batch, read from builds still rendering
+    batch_seconds: float = 300.0
+    first_utterances: int = 200  # rendered utterances read before the first step
+    wait_seconds: float = 90.0  # how long those may take before the run gives up
 
 
 # --- here: the pack --------------------------------------------------------------------------------------
@@ -104,7 +114,7 @@ def write_pack(model_folder: Path, corpora: Sequence[Path], out: Path, options: 
     """Write part0, part1, ... under `out` (part0 holds dev and the pack's settings); returns them."""
     tokenizer = Tokenizer(Path(model_folder) / "tokenizer.model")
     train = spread_over_sentences([u for c in corpora for u in load_split(c, "train")], options.train_utterances,
-                                  options.seed)
+                                  options.seed) if options.train_utterances > 0 else []  # 0: dev alone
     dev = dev_subset(load_split(corpora[0], "dev"), options.dev_utterances)
     shards = [("dev", dev[k : k + options.utterances_per_shard])
               for k in range(0, len(dev), options.utterances_per_shard)]
@@ -223,21 +233,53 @@ def finetune(folders: Sequence[Path], model_folder: Path, out: Path, options: Fi
     """Train the package in `model_folder` on the packs; write best.pt, avg.pt (float16), history.json and
     summary.json to `out`."""
     started = time.monotonic()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = _device()
     meta, train, dev = read_packs(folders, options.batch_frames, device)  # worker processes: before CUDA work
     log.info("read %d train (%d batches) and %d dev utterances in %.0f s on %s", train.utterances,
              len(train.batches), dev.utterances, time.monotonic() - started, device)
     out.mkdir(parents=True, exist_ok=True)
     trainer = _Trainer(model_folder, train, dev, device, options, out)
     trainer.run()
+    return _finish(trainer, out, started, {"epochs": round(trainer.step / len(train.batches), 2),
+                                           "train_utterances": train.utterances, "pack": meta})
+
+
+def finetune_fresh(dev_packs: Sequence[Path], builds: Sequence[Path], model_folder: Path, out: Path,
+                   options: FinetuneOptions = FinetuneOptions()) -> dict:
+    """Train the package in `model_folder` on the training speech of `builds` as `pasu corpus build` renders it
+    (pasu.models.fresh_feed), the packs' dev as the held-out loss; writes what `finetune` writes."""
+    started = time.monotonic()
+    device = _device()
+    meta, _, dev = read_packs(dev_packs, options.batch_frames, device)
+    feed = ShardFeed(builds, Tokenizer(Path(model_folder) / "tokenizer.model"), options.seed)
+    try:
+        if not feed.wait_for(options.first_utterances, options.wait_seconds):
+            raise RuntimeError(f"fewer than {options.first_utterances} rendered utterances in "
+                               f"{[str(b) for b in builds]} after {options.wait_seconds:g} s: "
+                               "is `pasu corpus build` rendering there?")
+        log.info("first %d rendered utterances read after %.0f s", feed.size, time.monotonic() - started)
+        out.mkdir(parents=True, exist_ok=True)
+        trainer = _FreshTrainer(model_folder, feed, dev, device, options, out)
+        trainer.run()
+    finally:
+        feed.stop()
+    return _finish(trainer, out, started, {"fresh": feed.stats(), "pack": meta})
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _finish(trainer: _Trainer, out: Path, started: float, about: dict) -> dict:
+    """Write best.pt and avg.pt (float16) and summary.json; the summary with the run's history."""
     for name, state in (("best.pt", trainer.best_state), ("avg.pt", trainer.averaged_recent())):
         trainer.model.load_state_dict(state)
         torch.save({k: v.cpu() for k, v in half_state_dict(trainer.model).items()}, out / name)
-    summary = {"steps": trainer.step, "epochs": round(trainer.step / len(train.batches), 2),
-               "train_utterances": train.utterances, "dev_utterances": dev.utterances,
+    device = next(trainer.model.parameters()).device
+    summary = {"steps": trainer.step, **about, "dev_utterances": trainer.dev_split.utterances,
                "initial_dev_loss": trainer.history[0]["dev_loss"], "best_dev_loss": trainer.best_loss,
                "best_step": trainer.best_step, "averaged_steps": [s for s, _ in trainer.recent],
-               "averaged_dev_loss": trainer.dev_loss(), "options": options.__dict__, "pack": meta,
+               "averaged_dev_loss": trainer.dev_loss(), "options": trainer.options.__dict__,
                "seconds": round(time.monotonic() - started, 1),
                "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -280,6 +322,31 @@ class _Trainer(TimeBoxedTraining):
         total = sum(float(_loss(self.model, *batch)) for batch in self.dev_split.batches)
         self.model.train()
         return total / self.dev_split.utterances
+
+
+class _FreshTrainer(_Trainer):
+    """The same training on batches of the fresh feed, their features computed on the device."""
+
+    def __init__(self, model_folder: Path, feed: ShardFeed, dev: _Split, device: torch.device,
+                 options: FinetuneOptions, out: Path):
+        self.feed, self.device = feed, device
+        super().__init__(model_folder, _Split([], 0), dev, device, options, out)
+
+    def batch_loss(self) -> torch.Tensor:
+        items = self.feed.batch(self.options.batch_seconds)
+        samples = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(i.samples) for i in items], batch_first=True)
+        wave = samples.to(self.device, non_blocking=True).float() / 32768
+        wave_lengths = torch.tensor([len(i.samples) for i in items], device=self.device)
+        text = torch.nn.utils.rnn.pad_sequence([torch.tensor(i.tokens) for i in items], batch_first=True,
+                                               padding_value=IGNORE_ID).to(self.device)
+        text_lengths = torch.tensor([len(i.tokens) for i in items], device=self.device)
+        with torch.no_grad():
+            feats, lengths = self.model._extract_feats(wave, wave_lengths)
+            if self.model.normalize is not None:
+                feats, lengths = self.model.normalize(feats, lengths)
+        if self.model.specaug is not None:
+            feats, lengths = self.model.specaug(feats, lengths)
+        return _loss(self.model, feats, lengths, text, text_lengths) / len(items)
 
 
 def perturb(feats: torch.Tensor, lengths: torch.Tensor, normalize: torch.nn.Module, warp: float, tempo: float

@@ -155,9 +155,7 @@ def _run_shards(shards: Sequence[Shard], out: Path, opts: BuildOptions) -> None:
     if not shards:
         return
     total = sum(len(s.jobs) for s in shards)
-    # largest shards first keeps both cores busy until the end
-    ordered = sorted(shards, key=lambda s: -len(s.jobs))
-    args = [(s, str(out), str(opts.data_dir)) for s in ordered]
+    args = [(s, str(out), str(opts.data_dir)) for s in _interleaved(shards)]
     with tqdm(total=total, unit="utt", desc="rendering", dynamic_ncols=True) as bar:
         if opts.workers <= 1:
             for a in args:
@@ -167,6 +165,18 @@ def _run_shards(shards: Sequence[Shard], out: Path, opts: BuildOptions) -> None:
         with ctx.Pool(opts.workers, initializer=_quiet_worker) as pool:
             for n in pool.imap_unordered(_render_shard_star, args):
                 bar.update(n)
+
+
+def _interleaved(shards: Sequence[Shard]) -> list[Shard]:
+    """Shards dealt round-robin over voices, so what is finished early (read during the build by
+    pasu.models.fresh_feed) holds every voice; within a round the largest come first, which keeps every
+    worker busy until the end."""
+    by_voice: dict[str, list[Shard]] = {}
+    for shard in shards:
+        by_voice.setdefault(shard.jobs[0].voice_id, []).append(shard)
+    rounds = [[queue[k] for queue in by_voice.values() if k < len(queue)]
+              for k in range(max(map(len, by_voice.values()), default=0))]
+    return [shard for r in rounds for shard in sorted(r, key=lambda s: -len(s.jobs))]
 
 
 def _quiet_worker() -> None:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from pasu.corpus.plan import SPLITS
 from pasu.settings import shared_data_dir
@@ -203,3 +204,19 @@ def _report(args: argparse.Namespace) -> int:
 
     print(to_markdown(json.loads(path.read_text())))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m pasu.corpus.cli build ...`: the corpus commands alone, for a machine that has the corpus's
+    dependencies but not the rest of PASU's (a lent GPU machine: scripts/device_fresh_gpu.sh)."""
+    from pasu.cli import configure_logging
+
+    parser = argparse.ArgumentParser(prog="python -m pasu.corpus.cli")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["corpus", *(sys.argv[1:] if argv is None else argv)])
+    configure_logging(verbose=False)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

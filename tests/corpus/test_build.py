@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from pasu.corpus.build import BuildOptions, build_corpus, read_manifest
-from pasu.corpus.plan import PRESETS, SPLITS
+from pasu.corpus.build import BuildOptions, Shard, _interleaved, build_corpus, read_manifest
+from pasu.corpus.plan import PRESETS, SPLITS, Job
 from pasu.corpus.text import PSEUDO_SOURCE, Sentence, load_corpus_text, samples_dir, write_sentences
 from pasu.settings import shipped_model
 
@@ -62,6 +62,27 @@ def test_report_summarizes_the_build(tiny):
     assert sum(report["snr_histogram_db"].values()) > 0
     assert (tiny / "snr_hist.png").stat().st_size > 1000
     assert "| train |" in (tiny / "report.md").read_text()
+
+
+def test_the_corpus_commands_run_alone_as_a_module(tiny):
+    """`python -m pasu.corpus.cli`: what a lent GPU machine without the rest of PASU's dependencies runs."""
+    proc = subprocess.run([sys.executable, "-m", "pasu.corpus.cli", "report", str(tiny)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| train |" in proc.stdout
+
+
+def test_shards_are_rendered_round_robin_over_voices_so_an_early_reader_hears_every_voice():
+    def shard(voice: str, k: int, size: int) -> Shard:
+        job = Job(utt_id=f"{voice}-{k}", split="train", sentence=None, voice_id=voice, rate=1.0, pitch=1.0, seed=0)
+        return Shard(f"train--{voice}--{k:03d}", (job,) * size)
+
+    shards = [shard("a", 0, 150), shard("a", 1, 150), shard("a", 2, 20), shard("b", 0, 150), shard("c", 0, 90),
+              shard("c", 1, 10)]
+    order = [s.name for s in _interleaved(shards)]
+    assert order == ["train--a--000", "train--b--000", "train--c--000",  # every voice in the first round
+                     "train--a--001", "train--c--001", "train--a--002"]
+    assert sorted(order) == sorted(s.name for s in shards)
 
 
 def test_rebuild_resumes_only_missing_shards_and_gives_the_same_manifests(tiny):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from pasu.models.data import load_split, read_audio
-from pasu.models.device_finetune import (PACK_INDEX, FinetuneOptions, PackOptions, dequantize, finetune, quantize,
-                                         read_packs, spread_over_sentences, write_pack)
+from pasu.models.device_finetune import (PACK_INDEX, FinetuneOptions, PackOptions, dequantize, finetune,
+                                         finetune_fresh, quantize, read_packs, spread_over_sentences, write_pack)
 from pasu.models.package import load_packaged, package_model
 
 
@@ -76,14 +76,40 @@ def test_finetuning_writes_float16_weights_the_package_loads(packed, tmp_path):
     summary = finetune(parts, package, tmp_path / "run", options)
     assert summary["steps"] >= 1 and summary["train_utterances"] == 6 and summary["dev_utterances"] == 3
     assert summary["best_dev_loss"] <= summary["initial_dev_loss"]
+    _assert_loadable_weights(package, tmp_path / "run", summary)
+
+
+def _assert_loadable_weights(package, run, summary) -> None:
     model, _, _ = load_packaged(package)
     for name in ("best.pt", "avg.pt"):
-        state = torch.load(tmp_path / "run" / name, weights_only=True)
+        state = torch.load(run / name, weights_only=True)
         assert state.keys() == model.state_dict().keys()
         params = dict(model.named_parameters())
         assert all(v.dtype == torch.float16 for k, v in state.items() if k in params)
         model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == summary["steps"]
+    assert json.loads((run / "summary.json").read_text())["steps"] == summary["steps"]
+
+
+def test_fresh_training_reads_a_build_as_it_renders_and_writes_weights_the_package_loads(packed, tmp_path):
+    corpus, package, parts, _ = packed
+    build = tmp_path / "build"
+    (build / "shards").mkdir(parents=True)
+    rows = [json.loads(line) for line in (corpus / "train.jsonl").read_text().splitlines()]
+    (build / "shards" / "train--tone--000.jsonl").write_text(
+        "".join(json.dumps({**r, "audio": str(corpus / r["audio"])}) + "\n" for r in rows))
+    options = FinetuneOptions(minutes=0.02, lr=1e-3, warmup_steps=1, eval_seconds=0.1, average_last=2,
+                              batch_seconds=20.0, first_utterances=len(rows), wait_seconds=10.0)
+    summary = finetune_fresh(parts[:1], [build], package, tmp_path / "run", options)
+    assert summary["steps"] >= 1 and summary["dev_utterances"] == 3
+    assert summary["fresh"]["utterances"] == len(rows) == 6 and summary["fresh"]["mean_times_heard"] > 0
+    _assert_loadable_weights(package, tmp_path / "run", summary)
+
+
+def test_fresh_training_gives_up_on_a_build_that_renders_nothing(packed, tmp_path):
+    _, package, parts, _ = packed
+    options = FinetuneOptions(first_utterances=1, wait_seconds=0.3)
+    with pytest.raises(RuntimeError, match="is `pasu corpus build` rendering there"):
+        finetune_fresh(parts[:1], [tmp_path / "nothing"], package, tmp_path / "run", options)
 
 
 def test_perturbing_stretches_time_and_mel_axes_and_keeps_padding_silent():
