@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from pasu.models.build import DEFAULT_SPECAUG_CONF
 from pasu.models.data import IGNORE_ID, bucket_batches, dev_subset, load_split, read_audio
-from pasu.models.fresh_feed import ShardFeed
+from pasu.models.fresh_feed import PCM_SCALE, ShardFeed
 from pasu.models.gpu_lease import TimeBoxedTraining, fill_parts
 from pasu.models.package import half_state_dict, load_packaged
 from pasu.models.tokenizer import Tokenizer
@@ -335,7 +335,7 @@ class _FreshTrainer(_Trainer):
     def batch_loss(self) -> torch.Tensor:
         items = self.feed.batch(self.options.batch_seconds)
         samples = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(i.samples) for i in items], batch_first=True)
-        wave = samples.to(self.device, non_blocking=True).float() / 32768
+        wave = samples.to(self.device, non_blocking=True).float() / PCM_SCALE
         wave_lengths = torch.tensor([len(i.samples) for i in items], device=self.device)
         text = torch.nn.utils.rnn.pad_sequence([torch.tensor(i.tokens) for i in items], batch_first=True,
                                                padding_value=IGNORE_ID).to(self.device)

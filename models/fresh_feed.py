@@ -23,18 +23,19 @@ from pathlib import Path
 import numpy as np
 
 from pasu.models.data import read_audio, utterance_from_row
+from pasu.models.frontend import SAMPLE_RATE
 from pasu.models.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
+PCM_SCALE = 32768  # soundfile's float <-> 16-bit convention: the FLAC's own samples come back exactly
 
 
 @dataclass
 class FeedItem:
     """One rendering in memory: 16-bit samples (half the memory of float32) and its target's token ids."""
 
-    samples: np.ndarray  # int16
+    samples: np.ndarray  # int16, PCM_SCALE to full scale
     tokens: list[int]
     heard: int = 0  # batches it has been in
 
@@ -136,6 +137,6 @@ class ShardFeed:
         for row in rows:
             utterance = utterance_from_row(row, corpus)
             wave = read_audio(utterance.audio)
-            samples = np.clip(np.round(wave * 32767), -32768, 32767).astype(np.int16)
+            samples = np.clip(np.round(wave * PCM_SCALE), -32768, 32767).astype(np.int16)
             items.append(FeedItem(samples, self.tokenizer.encode(utterance.target)))
         return items

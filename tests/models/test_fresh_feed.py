@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,21 @@ from pasu.models.tokenizer import Tokenizer, TokenizerOptions
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory) -> Path:
-    """A folder laid out like a `pasu corpus build` in progress: audio, and no shard manifest yet."""
+def rendered(tmp_path_factory) -> Path:
     return write_synthetic_corpus(tmp_path_factory.mktemp("fresh") / "build", n_train=9, n_dev=1)
 
 
+@pytest.fixture
+def build(rendered) -> Iterator[Path]:
+    """A folder laid out like a `pasu corpus build` in progress: audio, and no shard finished yet."""
+    yield rendered
+    for shard in (rendered / "shards").glob("*"):
+        shard.unlink()
+
+
 @pytest.fixture(scope="module")
-def tokenizer(build) -> Tokenizer:
-    utts = load_split(build, "train")
+def tokenizer(rendered) -> Tokenizer:
+    utts = load_split(rendered, "train")
     symbols = target_symbols({u.intent for u in utts}, {s.type for u in utts for s in u.slots or ()})
     return Tokenizer.train([u.text for u in utts], symbols, TokenizerOptions(vocab_size=60))
 
@@ -62,8 +70,6 @@ def test_finished_shards_are_read_and_unheard_utterances_come_first(build, token
         assert stats["shards"] == 2 and stats["utterances"] == len(rows) and stats["unheard"] == 0
     finally:
         feed.stop()
-        for shard in (build / "shards").iterdir():
-            shard.unlink()
 
 
 def test_a_batch_holds_one_utterance_even_over_its_budget(build, tokenizer):
@@ -74,8 +80,6 @@ def test_a_batch_holds_one_utterance_even_over_its_budget(build, tokenizer):
         assert len(feed.batch(max_seconds=0.01)) == 1
     finally:
         feed.stop()
-        for shard in (build / "shards").iterdir():
-            shard.unlink()
 
 
 def test_a_damaged_shard_is_skipped_with_a_warning(build, tokenizer, caplog):
@@ -90,8 +94,6 @@ def test_a_damaged_shard_is_skipped_with_a_warning(build, tokenizer, caplog):
         finally:
             feed.stop()
     assert "train--d--000" in caplog.text
-    for shard in (build / "shards").iterdir():
-        shard.unlink()
 
 
 def test_waiting_on_a_build_that_renders_nothing_gives_up(tmp_path, tokenizer):
