@@ -118,8 +118,9 @@ def run_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     out = args.out or args.model / OFFRAMP_DIR
     utterances = dev_subset(load_split(args.corpus, args.split), args.limit)
-    reader = fit_intent_reader([args.corpus, *args.reader_corpus],
-                               also_split=args.split if args.reader_learns_split else None)
+    reader_corpora = reader_training_corpora(args.corpus, args.reader_corpus)
+    reader = fit_intent_reader(reader_corpora, also_split=args.split if args.reader_learns_split else None,
+                               also_corpus=args.corpus)
     reader.save(out)
     # replays the split answering as the agent will, with the reader as saved (float16 weights), and reads
     # pilots' tokens for the intent check; a reader that learned the split's sentences reads none of them
@@ -142,7 +143,7 @@ def run_train(args: argparse.Namespace) -> int:
     report = trained.report
     report["answers"] = answer_intent_accuracy(fit_samples or samples, model.read)
     report.update({"model": str(args.model), "split": args.split, "utterances": len(utterances),
-                   "reader_corpora": [str(c) for c in [args.corpus, *args.reader_corpus]],
+                   "reader_corpora": [str(c) for c in reader_corpora],
                    "reader_learns_split": args.reader_learns_split,
                    "lm": agent.lm, "lm_weight": agent.final_search.lm_weight, "pilots": agent.pilot.schedule(),
                    "cloud_model": str(args.cloud_model) if args.cloud_model else None})
@@ -249,15 +250,29 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress_printer(split), jobs))
 
 
+def reader_training_corpora(corpus: Path, reader_corpora: Sequence[Path]) -> list[Path]:
+    """The corpora whose training sentences the intent reader learns: the calibration corpus's, unless it was
+    rendered without a training split (then only for calibration), and each `--reader-corpus`'s."""
+    if (corpus / "train.jsonl").is_file():
+        return [corpus, *reader_corpora]
+    if not reader_corpora:
+        raise SystemExit(f"{corpus} has no training split for the intent reader to learn: render it "
+                         f"(`pasu corpus build --splits train`) or name corpora that have one (--reader-corpus)")
+    print(f"intent reader: {corpus} has no training split; it learns those of "
+          f"{', '.join(map(str, reader_corpora))}", flush=True)
+    return list(reader_corpora)
+
+
 def fit_intent_reader(corpora: Sequence[Path], options: ReaderOptions | None = None,
-                      also_split: str | None = None) -> IntentReader:
+                      also_split: str | None = None, also_corpus: Path | None = None) -> IntentReader:
     """The device's intent reader (`options`, default the device's: READER_CHAR_NGRAMS), on the distinct
     sentences of the corpora's training splits (the first corpus's label wins a sentence two corpora hold) and,
-    with `also_split`, those of that split of the first corpus that they lack."""
+    with `also_split`, those of that split of `also_corpus` (default the first corpus) that they lack."""
     from pasu.device.held_out_reader import learned_sentences
     from pasu.models.intent_reader import IntentReader
 
-    learned_from = [f"{corpus}:train" for corpus in corpora] + ([f"{corpora[0]}:{also_split}"] if also_split else [])
+    also = [f"{also_corpus or corpora[0]}:{also_split}"] if also_split else []
+    learned_from = [f"{corpus}:train" for corpus in corpora] + also
     sentences = learned_sentences(learned_from)
     print(f"intent reader: fitting on {len(sentences)} sentences", flush=True)
     return IntentReader.fit(list(sentences), list(sentences.values()), options or device_reader_options(),

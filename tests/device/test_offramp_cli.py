@@ -113,6 +113,25 @@ def test_the_intent_reader_learns_every_corpus_given_and_reads_characters(tmp_pa
     assert both.options.char_ngram_max == READER_CHAR_NGRAMS and len(both.vectorizers) == 2
 
 
+def test_a_corpus_rendered_without_train_leaves_the_reader_to_the_reader_corpora(tmp_path):
+    """A calibration corpus with dev only (its training split rendered elsewhere): the reader learns the
+    `--reader-corpus` training sentences and the calibration corpus's split, and its file says so; with no
+    reader corpus either there is nothing to learn, and the command says what to do."""
+    import pytest
+    from pasu.device.offramp_cli import fit_intent_reader, reader_training_corpora
+    from pasu.models.data import write_synthetic_corpus
+
+    calibration = write_synthetic_corpus(tmp_path / "calibration", n_train=8, n_dev=3)
+    (calibration / "train.jsonl").unlink()
+    rendered = write_synthetic_corpus(tmp_path / "rendered", n_train=8, n_dev=2)
+    corpora = reader_training_corpora(calibration, [rendered])
+    reader = fit_intent_reader(corpora, also_split="dev", also_corpus=calibration)
+    assert corpora == [rendered]
+    assert list(reader.learned_from) == [f"{rendered}:train", f"{calibration}:dev"]
+    with pytest.raises(SystemExit, match="--reader-corpus"):
+        reader_training_corpora(calibration, [])
+
+
 def test_the_reader_learns_the_split_and_its_replays_are_read_by_readers_that_did_not(tmp_path):
     """`--reader-learns-split`: the saved reader knows dev's own sentences; each dev utterance is replayed with the
     reader of its sentence's fold, which never learned it (its cache says which reader answered)."""
