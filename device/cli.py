@@ -59,7 +59,8 @@ def add_pilot_flags(parser: argparse.ArgumentParser, tau_note: str = "", pilots_
     parser.add_argument("--pause-pilot", action=argparse.BooleanOptionalAction, default=None,
                         help=f"one more pilot, on all the audio, when the endpointer hears the speaker pause, inside "
                              f"the silence it waits before declaring the end of speech{pause_note}; a replay of a "
-                             "file models the shipped VAD after the file's end; default off")
+                             "file models the shipped VAD after the file's end; default on (--no-pause-pilot: the paper's "
+                             "schedule alone)")
 
 
 def add_replay_flags(parser: argparse.ArgumentParser, lm_note: str) -> None:
