@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from pasu.device.cli import add_replay_flags
-from pasu.models.data import Utterance, dev_subset, load_split, read_audio
+from pasu.models.data import Utterance, dev_subset, load_split, read_audio, split_manifest
 
 from pasu.metrics import word_edits
 
@@ -246,14 +246,14 @@ def collect_split(model: DeviceModel, corpus: Path, split: str, utterances: Sequ
 
     options = options or AgentOptions()
     reader = model.intent_mixture.digest() if model.intent_mixture else None
-    key = cache_key(model.weights_id, corpus / f"{split}.jsonl", [u.id for u in utterances], options, reader)
+    key = cache_key(model.weights_id, split_manifest(corpus, split), [u.id for u in utterances], options, reader)
     return load_or_collect(cache, key, lambda: collect(model, utterances, options, progress_printer(split), jobs))
 
 
 def reader_training_corpora(corpus: Path, reader_corpora: Sequence[Path]) -> list[Path]:
     """The corpora whose training sentences the intent reader learns: the calibration corpus's, unless it was
     rendered without a training split (then only for calibration), and each `--reader-corpus`'s."""
-    if (corpus / "train.jsonl").is_file():
+    if split_manifest(corpus, "train").is_file():
         return [corpus, *reader_corpora]
     if not reader_corpora:
         raise SystemExit(f"{corpus} has no training split for the intent reader to learn: render it "

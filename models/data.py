@@ -64,10 +64,15 @@ class MissingSplitError(FileNotFoundError):
     """The corpus has no manifest for a split (a partial build, a mistyped name): the CLIs print it, no traceback."""
 
 
+def split_manifest(corpus_dir: str | Path, split: str) -> Path:
+    """Where a corpus keeps a split's manifest (`pasu corpus build` writes `<corpus_dir>/<split>.jsonl`)."""
+    return Path(corpus_dir) / f"{split}.jsonl"
+
+
 def load_split(corpus_dir: str | Path, split: str) -> list[Utterance]:
     """Utterances of `<corpus_dir>/<split>.jsonl` with their targets encoded."""
     corpus_dir = Path(corpus_dir)
-    manifest = corpus_dir / f"{split}.jsonl"
+    manifest = split_manifest(corpus_dir, split)
     if not manifest.is_file():
         built = sorted(p.stem for p in corpus_dir.glob("*.jsonl")) if corpus_dir.is_dir() else []
         raise MissingSplitError(f"{manifest} not found: the corpus has no {split!r} split (it has: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import soundfile
 from pasu.device.offramp_cli import cloud_word_edits, threshold_lines, wer_target_table
 from pasu.models.data import Utterance
@@ -117,7 +118,6 @@ def test_a_corpus_rendered_without_train_leaves_the_reader_to_the_reader_corpora
     """A calibration corpus with dev only (its training split rendered elsewhere): the reader learns the
     `--reader-corpus` training sentences and the calibration corpus's split, and its file says so; with no
     reader corpus either there is nothing to learn, and the command says what to do."""
-    import pytest
     from pasu.device.offramp_cli import fit_intent_reader, reader_training_corpora
     from pasu.models.data import write_synthetic_corpus
 
