@@ -3,9 +3,11 @@ reference words that no training sentence holds. The measurement behind the devi
 errors are" (issue 3's 12% WER bar).
 
 Reads the device's answers from a replay file (`pasu bench hybrid --out`) and, when given, the cloud's answers
-for the same utterances (`scripts/cloud_answers.py`); no decoding, a few seconds.
+for the same utterances (`scripts/cloud_answers.py`, or the round trips `pasu bench hybrid` saved beside the
+replays); no decoding, a few seconds.
 
     .venv/bin/python scripts/wer_breakdown.py exp/hybrid45/replays-test.jsonl --cloud-answers exp/cloud-test1000-14.json
+    .venv/bin/python scripts/wer_breakdown.py exp/hybrid83/replays-test.jsonl --cloud-calls exp/hybrid83/calls-wifi.jsonl
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pasu.bench.hybrid import load_offloads
 from pasu.device.offramp_cli import training_sentences
 from pasu.device.offramp_data import load_samples
 from pasu.metrics import word_edits
 from pasu.models.asr_noise import aligned_words
 
-# The training corpora of the shipped device model's last run (its config.yaml, `options.data`).
-DEVICE_TRAINING = ("data/corpus-full", "data/corpus-full-p4", "data/corpus-full-s5", "data/corpus-full-s6")
+# Fresh renderings of every sentence the device's runs trained on (SLURP's labelled training sentences and the
+# pseudo-labelled ones; the slot swaps recombine their words): the shipped run's corpora, its config's `options.data`.
+DEVICE_TRAINING = ("data/corpus-full-r10", "data/corpus-full-p11")
 
 
 @dataclass
@@ -36,6 +40,18 @@ class Tally:
 
     def wer(self, recognizer: str) -> float:
         return self.edits[recognizer] / self.words if self.words else 0.0
+
+
+def cloud_transcripts(args: argparse.Namespace) -> dict[str, str] | None:
+    """id -> the cloud's transcript, from --cloud-answers or --cloud-calls (None: neither given)."""
+    if args.cloud_answers:
+        return {uid: answer["text"] for uid, answer in json.loads(args.cloud_answers.read_text()).items()}
+    if args.cloud_calls:
+        key = json.loads(args.cloud_calls.read_text().split("\n", 1)[0])["key"]
+        _, calls = load_offloads(args.cloud_calls, key)
+        # a failed round trip has no answer: the cloud heard nothing
+        return {uid: call.result.text if call.result else "" for uid, call in zip(key["ids"], calls)}
+    return None
 
 
 def training_words(corpora: Iterable[str]) -> set[str]:
@@ -79,7 +95,10 @@ def print_table(title: str, tallies: dict[str, Tally], recognizers: list[str]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("replays", type=Path, help="a replay file of the device's answers")
-    parser.add_argument("--cloud-answers", type=Path, default=None, help="scripts/cloud_answers.py's JSON")
+    cloud = parser.add_mutually_exclusive_group()
+    cloud.add_argument("--cloud-answers", type=Path, default=None, help="scripts/cloud_answers.py's JSON")
+    cloud.add_argument("--cloud-calls", type=Path, default=None,
+                       help="the round trips of a `pasu bench hybrid --out` folder (calls-PROFILE.jsonl)")
     parser.add_argument("--corpus", type=Path, default=Path("data/corpus-full"))
     parser.add_argument("--split", default="test", help="the corpus split the replays are of")
     parser.add_argument("--training-corpora", nargs="+", default=list(DEVICE_TRAINING),
@@ -91,9 +110,9 @@ def main() -> None:
         raise SystemExit(f"{args.replays}: no replays")
     manifest = {row["id"]: row for row in map(json.loads, open(args.corpus / f"{args.split}.jsonl"))}
     transcripts: dict[str, Callable[[str], str]] = {"device": {s.id: s.local.text for s in samples}.__getitem__}
-    if args.cloud_answers:
-        cloud = json.loads(args.cloud_answers.read_text())
-        transcripts["cloud"] = lambda uid: cloud[uid]["text"]
+    cloud = cloud_transcripts(args)
+    if cloud is not None:
+        transcripts["cloud"] = cloud.__getitem__
     known = training_words(args.training_corpora)
 
     groups: dict[str, dict[str, Tally]] = {"engine": defaultdict(Tally), "snr": defaultdict(Tally)}
