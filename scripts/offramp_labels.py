@@ -22,7 +22,6 @@ accuracy when the top 47% (Offload-M's share) by score x seconds are offloaded, 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ import torch
 from sklearn.model_selection import KFold
 
 from pasu.device.bilstm_offramp import pilot_features, token_features, train
-from pasu.bench.hybrid import load_offloads
+from pasu.bench.hybrid import saved_offloads
 from pasu.bench.hybrid_eval import edit_totals
 from pasu.device.calibration import OFFLOAD_LEVELS, for_wer, naive_probability, offload_curve, wer_targets
 from pasu.device.offramp_cli import cloud_word_edits
@@ -131,10 +130,9 @@ def dev_replays(folder: Path, stem: str) -> list:
 def test_run(run: Path, profile: str, split: str = "test") -> tuple[list, list]:
     """A `pasu bench hybrid` run's replays of `split` and the round trips it saved for them on a network profile."""
     calls_path, replays_path = run / f"calls-{profile}.jsonl", run / f"replays-{split}.jsonl"
-    key = json.loads(calls_path.read_text().split("\n", 1)[0])["key"]
-    _, calls = load_offloads(calls_path, key)
+    ids, calls = saved_offloads(calls_path)
     samples = load_samples(replays_path)
-    if samples is None or [s.id for s in samples] != key["ids"]:
+    if samples is None or [s.id for s in samples] != ids:
         raise SystemExit(f"{calls_path} was saved for other utterances than {replays_path}")
     return samples, calls
 

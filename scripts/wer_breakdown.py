@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pasu.bench.hybrid import load_offloads
+from pasu.bench.hybrid import saved_offloads
 from pasu.device.offramp_cli import training_sentences
 from pasu.device.offramp_data import load_samples
 from pasu.metrics import word_edits
 from pasu.models.asr_noise import aligned_words
+from pasu.models.data import split_manifest
 
 # Fresh renderings of every sentence the device's runs trained on (SLURP's labelled training sentences and the
 # pseudo-labelled ones; the slot swaps recombine their words): the shipped run's corpora, its config's `options.data`.
@@ -47,10 +48,9 @@ def cloud_transcripts(args: argparse.Namespace) -> dict[str, str] | None:
     if args.cloud_answers:
         return {uid: answer["text"] for uid, answer in json.loads(args.cloud_answers.read_text()).items()}
     if args.cloud_calls:
-        key = json.loads(args.cloud_calls.read_text().split("\n", 1)[0])["key"]
-        _, calls = load_offloads(args.cloud_calls, key)
+        ids, calls = saved_offloads(args.cloud_calls)
         # a failed round trip has no answer: the cloud heard nothing
-        return {uid: call.result.text if call.result else "" for uid, call in zip(key["ids"], calls)}
+        return {uid: call.result.text if call.result else "" for uid, call in zip(ids, calls)}
     return None
 
 
@@ -108,7 +108,7 @@ def main() -> None:
     samples = load_samples(args.replays)
     if not samples:
         raise SystemExit(f"{args.replays}: no replays")
-    manifest = {row["id"]: row for row in map(json.loads, open(args.corpus / f"{args.split}.jsonl"))}
+    manifest = {row["id"]: row for row in map(json.loads, open(split_manifest(args.corpus, args.split)))}
     transcripts: dict[str, Callable[[str], str]] = {"device": {s.id: s.local.text for s in samples}.__getitem__}
     cloud = cloud_transcripts(args)
     if cloud is not None:

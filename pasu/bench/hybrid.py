@@ -209,11 +209,22 @@ def load_offloads(path: Path, key: dict[str, Any]) -> tuple[dict[str, Any], list
     """The proxy record and round trips `save_offloads` wrote for `key`; None when there are none for it."""
     if not path.is_file():
         return None
-    header, *rows = path.read_text().splitlines()
-    head = json.loads(header)
+    head, calls = _read_offloads(path)
     if head.get("key") != key:
         return None
-    return head["proxy"], [_call(json.loads(row)) for row in rows if row.strip()]
+    return head["proxy"], calls
+
+
+def saved_offloads(path: Path) -> tuple[list[str], list[CloudCall]]:
+    """Whatever round trips `save_offloads` wrote in `path`, with the utterance ids they were saved for (the
+    offline checks that read a run's answers, whatever its settings)."""
+    head, calls = _read_offloads(path)
+    return head["key"]["ids"], calls
+
+
+def _read_offloads(path: Path) -> tuple[dict[str, Any], list[CloudCall]]:
+    header, *rows = path.read_text().splitlines()
+    return json.loads(header), [_call(json.loads(row)) for row in rows if row.strip()]
 
 
 def _call(raw: dict[str, Any]) -> CloudCall:

@@ -13,6 +13,7 @@ from pasu.bench.hybrid import (
     measured_offloads,
     offload_key,
     save_offloads,
+    saved_offloads,
     upload_encodings,
 )
 from pasu.bench.hybrid_eval import CloudCall
@@ -62,6 +63,11 @@ def test_offloads_saved_under_other_settings_are_not_reused(tmp_path):
     assert load_offloads(path, offload_key(tmp_path / "cloud", samples[:1], "wifi", "pcm16", 3.0, 0)) is None
     assert load_offloads(path, offload_key(tmp_path / "other", samples, "wifi", "pcm16", 3.0, 0)) is None
     assert load_offloads(tmp_path / "calls-5g.jsonl", {}) is None
+
+
+def test_a_runs_saved_round_trips_read_back_whatever_its_settings(tmp_path):
+    samples, saved = saved_run(tmp_path, deadline=2.0)
+    assert saved_offloads(tmp_path / "calls-wifi.jsonl") == ([s.id for s in samples], saved)
 
 
 def test_the_bench_names_what_the_bilstm_learned():
