@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pasu.files import write_text_atomic
 from pasu.models.data import load_split, read_audio, write_synthetic_corpus
 from pasu.models.fresh_feed import ShardFeed
 from pasu.models.targets import target_symbols
@@ -41,8 +42,9 @@ def _rows(build: Path) -> list[dict]:
 
 
 def _finish_shard(build: Path, name: str, rows: list[dict]) -> None:
+    """As `pasu corpus build` finishes one: written whole, then renamed (the feed's watcher may look at any time)."""
     (build / "shards").mkdir(exist_ok=True)
-    (build / "shards" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_text_atomic(build / "shards" / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_finished_shards_are_read_and_unheard_utterances_come_first(build, tokenizer, tmp_path):
