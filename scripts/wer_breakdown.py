@@ -24,7 +24,7 @@ from pasu.device.offramp_cli import training_sentences
 from pasu.device.offramp_data import load_samples
 from pasu.metrics import word_edits
 from pasu.models.asr_noise import aligned_words
-from pasu.models.data import split_manifest
+from pasu.models.data import read_jsonl, split_manifest
 
 # Fresh renderings of every sentence the device's runs trained on (SLURP's labelled training sentences and the
 # pseudo-labelled ones; the slot swaps recombine their words): the shipped run's corpora, its config's `options.data`.
@@ -108,7 +108,7 @@ def main() -> None:
     samples = load_samples(args.replays)
     if not samples:
         raise SystemExit(f"{args.replays}: no replays")
-    manifest = {row["id"]: row for row in map(json.loads, open(split_manifest(args.corpus, args.split)))}
+    manifest = {row["id"]: row for row in read_jsonl(split_manifest(args.corpus, args.split))}
     transcripts: dict[str, Callable[[str], str]] = {"device": {s.id: s.local.text for s in samples}.__getitem__}
     cloud = cloud_transcripts(args)
     if cloud is not None:
