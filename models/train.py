@@ -69,6 +69,7 @@ from pasu.models.data import (
     load_split,
     sample_global_stats,
 )
+from pasu.models.distill import DecoderDistillation, load_teacher
 from pasu.models.package import AVERAGED_WEIGHTS
 from pasu.models.targets import decode_target, target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
@@ -129,6 +130,11 @@ class TrainOptions:
     # added to ESPnet's loss, where the intent is one token of a dozen or more: weighs the intent against the
     # words (0: ESPnet's loss as it is)
     intent_loss_weight: float = 0.0
+    # knowledge distillation: a packaged model folder with this model's tokenizer (e.g. the cloud's Conformer)
+    # whose decoder's next-token distributions this model's decoder also learns (pasu.models.distill)
+    teacher: str | None = None
+    distill_weight: float = 0.0  # with teacher: this times KL(teacher || model) per target token joins the loss
+    distill_temperature: float = 1.0  # softens both distributions; the KL is scaled by its square
     log_interval_steps: int = 20  # steps per "train" line in log.jsonl
     checkpoint_minutes: float = 5.0  # write checkpoint.pt at least this often (wall clock) ...
     checkpoint_steps: int | None = None  # ... and every this many steps when set
@@ -365,6 +371,8 @@ def train(
     if opts.init_new_decoder_layers_identity and not opts.init_partial:
         raise ValueError("train.init_new_decoder_layers_identity needs train.init_partial=true: without it the "
                          "package's own architecture is kept and no decoder layer is new")
+    if (opts.teacher is None) != (opts.distill_weight == 0):
+        raise ValueError("distillation needs both train.teacher and train.distill_weight > 0")
     set_torch_threads(opts.num_threads)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
@@ -590,8 +598,8 @@ def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.
 
 
 # what each "train" line of log.jsonl averages over its batches: ESPnet's loss and its parts, the intent loss
-# (train.intent_loss_weight > 0) and the decoder's token accuracy
-LOGGED_STATS = ("loss", "loss_ctc", "loss_att", "loss_intent", "acc")
+# (train.intent_loss_weight > 0), the distillation loss (train.teacher) and the decoder's token accuracy
+LOGGED_STATS = ("loss", "loss_ctc", "loss_att", "loss_intent", "loss_distill", "acc")
 
 
 class FirstTokenLoss:
@@ -639,6 +647,10 @@ class _Loop:
         self.window: dict[str, float] = {}
         self.final_dev: DevResult | None = None
         self.intent_loss = FirstTokenLoss(model.decoder) if config.train.intent_loss_weight > 0 else None
+        self.distillation = None
+        if config.train.teacher is not None:
+            teacher = load_teacher(config.train.teacher, tokenizer.token_list, device)
+            self.distillation = DecoderDistillation(model, teacher, config.train.distill_temperature)
 
     def run(self) -> TrainResult:
         opts = self.config.train
@@ -712,6 +724,10 @@ class _Loop:
             intent_loss = self.intent_loss(inputs["text"])
             loss = loss + self.config.train.intent_loss_weight * intent_loss
             stats["loss_intent"] = intent_loss.detach()
+        if self.distillation is not None:
+            distill_loss = self.distillation(**inputs)
+            loss = loss + self.config.train.distill_weight * distill_loss
+            stats["loss_distill"] = distill_loss.detach()
         if not torch.isfinite(loss):
             log.debug("non-finite loss on batch %s; skipped", batch.ids[:3])
             self._accumulate({"skipped_batches": 1.0})
