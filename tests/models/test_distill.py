@@ -6,23 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from pasu.models.build import build_asr_model
-from pasu.models.data import SpeechDataset, collate, load_split, sample_global_stats
+from pasu.models.data import SpeechDataset, collate, load_split
 from pasu.models.distill import DecoderDistillation, distillation_loss, load_teacher
 from pasu.models.package import package_model
-from pasu.models.targets import target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
 from pasu.models.train import DataOptions, EvalOptions, ExperimentConfig, OptimOptions, TrainOptions, train
-
-TINY_MODEL = {
-    "encoder": "late_context",
-    "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
-                         attention_heads=2),
-    "decoder_conf": dict(linear_units=64, attention_heads=2),
-    "model_conf": dict(report_cer=False, report_wer=False),
-}
-
 
 def test_distillation_loss_is_the_kl_over_real_tokens():
     torch.manual_seed(0)
@@ -44,14 +35,11 @@ def test_distillation_loss_is_the_kl_over_real_tokens():
 
 @pytest.fixture(scope="module")
 def tiny_batch(tiny_experiment):
-    """(tokenizer token list, model config, one batch of four training utterances) for untrained tiny models."""
-    corpus, _ = tiny_experiment
-    utts = load_split(corpus, "train")[:4]
-    symbols = target_symbols({u.intent for u in utts}, {s.type for u in utts for s in u.slots or ()})
-    tok = Tokenizer.train([u.text for u in utts], symbols, TokenizerOptions(vocab_size=40))
-    mean, std = sample_global_stats(utts)
-    config = {**TINY_MODEL, "token_list": tok.token_list, "stats": {"mean": mean, "std": std}}
-    ds = SpeechDataset(utts, tok)
+    """(the tiny experiment's model section, with its tokens and feature statistics; one batch of four training
+    utterances) for untrained models of its shape."""
+    corpus, exp_dir = tiny_experiment
+    config = yaml.safe_load((exp_dir / "config.yaml").read_text())["model"]
+    ds = SpeechDataset(load_split(corpus, "train")[:4], Tokenizer(exp_dir / "tokenizer.model"))
     return config, collate([ds[i] for i in range(len(ds))])
 
 
@@ -109,9 +97,10 @@ def test_the_distillation_term_pulls_the_decoder_towards_the_teacher(tiny_batch)
     assert kl_before_and_after(1.0, 5.0)[1] < 0.85 * kl_before_and_after(1.0, 0.0)[1]
 
 
-def _config(**train_options) -> ExperimentConfig:
+def _config(exp_dir: Path, **train_options) -> ExperimentConfig:
+    model = yaml.safe_load((exp_dir / "config.yaml").read_text())["model"]
     return ExperimentConfig(
-        model=TINY_MODEL,
+        model={k: v for k, v in model.items() if k not in ("token_list", "stats")},
         tokenizer=TokenizerOptions(vocab_size=50),
         data=DataOptions(batch_seconds=6.0, stats_utterances=4),
         optim=OptimOptions(warmup_steps=1),
@@ -125,7 +114,7 @@ def test_a_run_with_a_teacher_logs_its_distillation_loss(tiny_experiment, tmp_pa
     corpus, exp_dir = tiny_experiment
     package = package_model(exp_dir, tmp_path / "teacher")
     exp = tmp_path / "student"
-    train(_config(init_from=str(package), teacher=str(package), distill_weight=1.0), corpus, exp)
+    train(_config(exp_dir, init_from=str(package), teacher=str(package), distill_weight=1.0), corpus, exp)
     lines = [r for r in map(json.loads, (exp / "log.jsonl").read_text().splitlines()) if r["kind"] == "train"]
     assert [r["step"] for r in lines] == [1, 2]
     # the student starts as the teacher: only SpecAugment and dropout part them, so the KL is small but there
@@ -136,9 +125,9 @@ def test_a_teacher_needs_a_weight_and_the_same_tokens(tiny_experiment, tmp_path)
     corpus, exp_dir = tiny_experiment
     package = package_model(exp_dir, tmp_path / "teacher")
     with pytest.raises(ValueError, match="train.teacher and train.distill_weight"):
-        train(_config(teacher=str(package)), corpus, tmp_path / "a")
+        train(_config(exp_dir, teacher=str(package)), corpus, tmp_path / "a")
     with pytest.raises(ValueError, match="train.teacher and train.distill_weight"):
-        train(_config(distill_weight=0.5), corpus, tmp_path / "b")
+        train(_config(exp_dir, distill_weight=0.5), corpus, tmp_path / "b")
     tokens = Tokenizer(package / "tokenizer.model").token_list
     with pytest.raises(ValueError, match="token list differs"):
         load_teacher(package, tokens[:-1] + ["<other>"], torch.device("cpu"))
