@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                "--out exp/conformer --num-threads 1   # two trainings side by side on 2 cores\n"
                "  pasu train --config models/configs/device_late_context.yaml --corpus data/corpus-full --out "
                "exp/device-kd --init-from models/shipped/device --set train.teacher=models/shipped/baseline_conformer "
-               "--set train.distill_weight=0.5   # the decoder also learns a teacher's distributions",
+               "--set train.distill_weight=10   # the decoder also learns a teacher's distributions",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--config", type=Path, required=True, help="experiment YAML (see models/configs/)")
     train.add_argument("--corpus", type=Path, required=True, help="corpus folder with train.jsonl and dev.jsonl")

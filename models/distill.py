@@ -9,12 +9,13 @@ distillation costs one teacher forward pass a batch and no second student pass.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from espnet2.asr.espnet_model import ESPnetASRModel
 from espnet.nets.pytorch_backend.transformer.add_sos_eos import add_sos_eos
 
+from pasu.models.decoder_logits import TrainingDecoderLogits
 from pasu.models.package import load_packaged
 
 
@@ -50,18 +51,11 @@ class DecoderDistillation:
             raise ValueError(f"distillation temperature must be > 0, got {temperature}")
         self.teacher, self.temperature = teacher, temperature
         self.sos, self.eos, self.ignore_id = model.sos, model.eos, model.ignore_id
-        self.logits: torch.Tensor | None = None
-        model.decoder.register_forward_hook(self._keep)
-
-    def _keep(self, module: torch.nn.Module, inputs: Any, output: Any) -> None:
-        # a training pass only: evaluation and decoding run the decoder too, and must not hold its output
-        self.logits = output[0] if module.training else None
+        self.decoder_logits = TrainingDecoderLogits(model.decoder, "DecoderDistillation")
 
     def __call__(self, speech: torch.Tensor, speech_lengths: torch.Tensor, text: torch.Tensor,
                  text_lengths: torch.Tensor) -> torch.Tensor:
-        if self.logits is None:
-            raise RuntimeError("DecoderDistillation needs the model's training pass first")
-        student, self.logits = self.logits, None
+        student = self.decoder_logits.take()
         text = text[:, : int(text_lengths.max())]  # as ESPnet's forward trims it
         ys_in, ys_out = add_sos_eos(text, self.sos, self.eos, self.ignore_id)
         with torch.no_grad():

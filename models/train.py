@@ -69,6 +69,7 @@ from pasu.models.data import (
     load_split,
     sample_global_stats,
 )
+from pasu.models.decoder_logits import TrainingDecoderLogits
 from pasu.models.distill import DecoderDistillation, load_teacher
 from pasu.models.package import AVERAGED_WEIGHTS
 from pasu.models.targets import decode_target, target_symbols
@@ -607,19 +608,12 @@ class FirstTokenLoss:
     first token, read off the decoder pass ESPnet's loss already ran (a forward hook: no second pass)."""
 
     def __init__(self, decoder: torch.nn.Module):
-        self.logits: torch.Tensor | None = None
-        decoder.register_forward_hook(self._keep)
-
-    def _keep(self, module: torch.nn.Module, inputs: Any, output: Any) -> None:
-        # a training pass only: evaluation and decoding run the decoder too, and must not hold its output
-        self.logits = output[0][:, 0] if module.training else None
+        self.decoder_logits = TrainingDecoderLogits(decoder, "FirstTokenLoss")
 
     def __call__(self, text: torch.Tensor) -> torch.Tensor:
         """Mean over the batch; `text`: the (B, L) targets the model's forward pass just read."""
-        if self.logits is None:
-            raise RuntimeError("FirstTokenLoss needs the decoder's training pass first")
-        logits, self.logits = self.logits, None
-        return torch.nn.functional.cross_entropy(logits, text[:, 0], ignore_index=-1)
+        first = self.decoder_logits.take()[:, 0]
+        return torch.nn.functional.cross_entropy(first, text[:, 0], ignore_index=-1)
 
 
 class _Loop:
