@@ -549,7 +549,7 @@ def espnet_search_for(model: DeviceModel, options: AgentOptions) -> Any:
         return None
     o = options.final_search
     return model.espnet_search(o.beam_size, o.ctc_weight, batch=options.decoder == "espnet_batch",
-                               lm_weight=o.lm_weight)
+                               lm_weight=o.lm_weight, length_bonus=o.length_bonus)
 
 
 def fusing_lm(options: AgentOptions, lm: str | None, weight: float | None = None) -> AgentOptions:

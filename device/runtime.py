@@ -107,12 +107,14 @@ class DeviceModel:
             slu = replace(slu, intent=intent)
         return self.speller.correct(slu) if self.speller is not None else slu
 
-    def espnet_search(self, beam_size: int, ctc_weight: float, batch: bool, lm_weight: float = 0.0) -> Any:
+    def espnet_search(self, beam_size: int, ctc_weight: float, batch: bool, lm_weight: float = 0.0,
+                      length_bonus: float = 0.0) -> Any:
         """ESPnet's own BatchBeamSearch / BeamSearch with the same scorers (the vanilla baselines), the LM
-        (use_lm) among them at `lm_weight` > 0."""
+        (use_lm) among them at `lm_weight` > 0, `length_bonus` per token (ESPnet's `penalty`)."""
         if lm_weight and self.lm is None:
             raise ValueError(f"lm_weight {lm_weight} needs a model with an LM (use_lm)")
-        options = DecodingOptions(beam_size=beam_size, ctc_weight=ctc_weight, lm_weight=lm_weight)
+        options = DecodingOptions(beam_size=beam_size, ctc_weight=ctc_weight, lm_weight=lm_weight,
+                                  length_bonus=length_bonus)
         return espnet_beam_search(self.model, self.token_list, options, batch=batch,
                                   lm=self.lm if lm_weight else None)
 

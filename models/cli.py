@@ -64,7 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  pasu eval models/device --corpus data/corpus-full --limit 500 --out exp/device/eval.json\n"
                "  pasu eval models/shipped/cloud --corpus data/corpus-full --text-intent models/shipped/text_intent\n"
                "  pasu eval models/shipped/device --corpus data/corpus-full --splits test_unseen --limit 500 "
-               "--beam 10 --lm models/shipped/lm --lm-weight 0.3   # the cloud configuration",
+               "--beam 10 --lm models/shipped/lm --lm-weight 0.3   # the cloud configuration\n"
+               "  pasu eval models/shipped/device --corpus data/corpus-full --splits test --as-agent --jobs 2 "
+               "--hyps exp/device-test.jsonl   # every answer, for error analysis",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     evaluate.add_argument("model_dir", type=Path, help="a packaged model folder")
     evaluate.add_argument("--corpus", type=Path, required=True, help="corpus folder with <split>.jsonl")
@@ -72,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--limit", type=int, default=0, help="fixed random subset per split (default: all)")
     evaluate.add_argument("--beam", type=int, default=5, help="beam size (default: 5, the paper's full decode)")
     evaluate.add_argument("--ctc-weight", type=float, default=0.3, help="CTC weight (default: 0.3)")
+    evaluate.add_argument("--length-bonus", type=float, default=0.0,
+                          help="added to a hypothesis's score per token (ESPnet's `penalty`); > 0 favours longer "
+                               "answers and turns the agent's decided stop off (default: 0)")
     evaluate.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     evaluate.add_argument("--jobs", type=int, default=1,
                           help="processes decoding at once, one torch thread each (default 1); on 2 cores, 2 "
@@ -88,6 +93,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="a device model: decode as the device agent answers on its local route (its own "
                                "search, and its intent reader from MODEL/offramp weighed into the intent)")
     evaluate.add_argument("--out", type=Path, default=None, help="write the results JSON here")
+    evaluate.add_argument("--hyps", type=Path, default=None, metavar="FILE",
+                          help="write every utterance's answer beside its reference here, one JSON line each "
+                               "(transcripts, intents, slots, its substitutions / deletions / insertions, "
+                               "decode seconds), for error analysis")
     evaluate.set_defaults(run=_evaluate)
 
     branches = sub.add_parser(
@@ -277,10 +286,11 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     opts = EvalOptions(splits=tuple(s for s in args.splits.split(",") if s), limit=args.limit,
                        decoding=DecodingOptions(beam_size=args.beam, ctc_weight=args.ctc_weight,
+                                                length_bonus=args.length_bonus,
                                                 num_threads=args.threads, lm=str(args.lm) if args.lm else None,
                                                 lm_weight=args.lm_weight),
                        text_intent=str(args.text_intent) if args.text_intent else None, as_agent=args.as_agent,
-                       jobs=args.jobs)
+                       jobs=args.jobs, hyps=str(args.hyps) if args.hyps else None)
     try:
         results = evaluate_model(args.model_dir, args.corpus, opts)
     except (MissingSplitError, ValueError) as e:  # a split the corpus lacks; a folder --as-agent cannot decode

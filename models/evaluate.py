@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from pasu.metrics import SluResult, evaluate_slu, mean_rtf
+from pasu.metrics import SluResult, evaluate_slu, mean_rtf, word_errors
 from pasu.models.data import Utterance, dev_subset, load_split, read_audio
 from pasu.models.recognizer import (
     DecodingOptions,
@@ -40,6 +40,8 @@ class EvalOptions:
     as_agent: bool = False
     # processes decoding at once, one torch thread each (the recognizer must pickle: not a Whisper folder)
     jobs: int = 1
+    # a JSON-lines file to write every utterance's answer to, beside its reference (`answer_rows`); None: none
+    hyps: str | None = None
 
 
 def evaluate_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "", jobs: int = 1) -> dict:
@@ -72,6 +74,20 @@ def score_split(utterances: Sequence[Utterance], decoded: Sequence[tuple[Recogni
     return scores
 
 
+def answer_rows(split: str, utterances: Sequence[Utterance], decoded: Sequence[tuple[Recognition, float]]
+                ) -> list[dict]:
+    """One record per utterance for error analysis: reference and answer, the word errors, the decode time."""
+    rows = []
+    for u, (h, seconds) in zip(utterances, decoded, strict=True):
+        errors = word_errors(u.text, h.text)
+        rows.append({"split": split, "id": u.id, "ref": u.text, "hyp": h.text, "ref_intent": u.intent,
+                     "hyp_intent": h.intent, "ref_slots": [list(s) for s in u.slots or ()],
+                     "hyp_slots": [list(s) for s in h.slots], "substitutions": errors.substitutions,
+                     "deletions": errors.deletions, "insertions": errors.insertions,
+                     "ref_words": errors.ref_words, "seconds": round(seconds, 4)})
+    return rows
+
+
 def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOptions = EvalOptions()) -> dict:
     """{split: scores} for a packaged model folder."""
     # every split is read before decoding starts: a missing one fails at once, not after minutes of decoding
@@ -88,14 +104,19 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
         from pasu.device.held_out_reader import model_reader_learned
 
         held_out = {split for split in splits if model_reader_learned(recognizer.model, corpus_dir, split)}
-    results = {}
+    results, rows = {}, []
     for split, utterances in splits.items():
         if opts.limit:
             utterances = dev_subset(utterances, opts.limit)
         if split in held_out:
-            results[split] = _evaluate_held_out(recognizer, corpus_dir, split, utterances, opts.jobs)
+            decoded = _decode_held_out(recognizer, corpus_dir, split, utterances, opts.jobs)
+            results[split] = {**score_split(utterances, decoded), "intent_reader": "held out by sentence fold"}
         else:
-            results[split] = evaluate_split(recognizer, utterances, split, opts.jobs)
+            decoded = decode_split(recognizer, utterances, split, opts.jobs)
+            results[split] = score_split(utterances, decoded)
+        rows += answer_rows(split, utterances, decoded)
+    if opts.hyps:
+        Path(opts.hyps).write_text("".join(json.dumps(row) + "\n" for row in rows))
     results["decoding"] = asdict(opts.decoding)
     results["jobs"] = opts.jobs  # decode_seconds were timed by this many processes side by side
     results["model_id"] = recognizer.model_id
@@ -114,21 +135,20 @@ def _check_picklable(recognizer: Recognizer, jobs: int) -> None:
                          "decode it with --jobs 1 (and --threads for more cores)") from None
 
 
-def _evaluate_held_out(agent: Recognizer, corpus_dir: str | Path, split: str,
-                       utterances: Sequence[Utterance], jobs: int = 1) -> dict:
-    """The agent scored on a split its intent reader learned (`pasu offramp train --reader-learns-split`): each
-    utterance read by the reader refitted without its sentence's fold, as on sentences it never saw."""
+def _decode_held_out(agent: Recognizer, corpus_dir: str | Path, split: str,
+                     utterances: Sequence[Utterance], jobs: int = 1) -> list[tuple[Recognition, float]]:
+    """`decode_split` for a split the agent's intent reader learned (`pasu offramp train --reader-learns-split`):
+    each utterance read by the reader refitted without its sentence's fold, as on sentences it never saw."""
     from pasu.device.held_out_reader import read_by_fold, readers_without
 
     readers = readers_without(agent.model.intent_mixture.reader, corpus_dir, split)
-    decoded = read_by_fold(agent.model, readers, [u.text for u in utterances],
-                           lambda fold, positions: decode_split(agent, [utterances[i] for i in positions],
-                                                                f"{split} fold {fold}", jobs))
-    return {**score_split(utterances, decoded), "intent_reader": "held out by sentence fold"}
+    return read_by_fold(agent.model, readers, [u.text for u in utterances],
+                        lambda fold, positions: decode_split(agent, [utterances[i] for i in positions],
+                                                             f"{split} fold {fold}", jobs))
 
 
 def _agent(model_dir: str | Path, decoding: DecodingOptions) -> Recognizer:
-    """The device agent's local answers with `decoding`'s beam, CTC weight, threads and LM."""
+    """The device agent's local answers with `decoding`'s beam, CTC weight, length bonus, threads and LM."""
     import torch
     from pasu.device.agent import AgentOptions, LocalAnswers, use_lm_of
     from pasu.device.decoding.search import SearchOptions
@@ -142,7 +162,7 @@ def _agent(model_dir: str | Path, decoding: DecodingOptions) -> Recognizer:
         torch.set_num_threads(decoding.num_threads)
     model = load_device_model(model_dir)
     final = SearchOptions(beam_size=decoding.beam_size, ctc_weight=decoding.ctc_weight, stop_when_decided=True,
-                          lm_weight=decoding.lm_weight if decoding.lm else 0.0)
+                          length_bonus=decoding.length_bonus, lm_weight=decoding.lm_weight if decoding.lm else 0.0)
     options = AgentOptions(final_search=final, lm=decoding.lm or "")
     use_lm_of(model, options)
     return LocalAnswers(model, options)

@@ -54,6 +54,59 @@ def utterance_wer(ref: str, hyp: str) -> float:
     return word_edits(ref, hyp) / max(len(ref.split()), 1)
 
 
+@dataclass(frozen=True)
+class WordErrors:
+    """A minimum-edit alignment's error counts, as sclite's Sub / Del / Ins columns; they add over utterances."""
+
+    substitutions: int = 0
+    deletions: int = 0  # reference words the hypothesis lacks
+    insertions: int = 0  # hypothesis words the reference lacks
+    ref_words: int = 0
+
+    @property
+    def edits(self) -> int:
+        return self.substitutions + self.deletions + self.insertions
+
+    def __add__(self, other: WordErrors) -> WordErrors:
+        return WordErrors(self.substitutions + other.substitutions, self.deletions + other.deletions,
+                          self.insertions + other.insertions, self.ref_words + other.ref_words)
+
+    def rate(self, count: int) -> float:
+        """`count` per reference word (ValueError over zero reference words)."""
+        if self.ref_words == 0:
+            raise ValueError("error rates are undefined over zero reference words")
+        return count / self.ref_words
+
+
+def word_errors(ref: str, hyp: str) -> WordErrors:
+    """Substitutions, deletions and insertions of one minimum-edit alignment (they sum to `word_edits`)."""
+    r, h = ref.split(), hyp.split()
+    # cost[i][j]: edits turning r[:i] into h[:j]; the walk back takes the diagonal whenever it is on a cheapest
+    # path, so of equally cheap alignments the one with the fewest deletions and insertions is counted
+    # ("a b" -> "b a": two substitutions, not a deletion and an insertion)
+    cost = [[i + j if i == 0 or j == 0 else 0 for j in range(len(h) + 1)] for i in range(len(r) + 1)]
+    for i in range(1, len(r) + 1):
+        for j in range(1, len(h) + 1):
+            cost[i][j] = min(cost[i - 1][j - 1] + (r[i - 1] != h[j - 1]), cost[i - 1][j] + 1, cost[i][j - 1] + 1)
+    sub = dele = ins = 0
+    i, j = len(r), len(h)
+    while i or j:
+        if i and j and cost[i][j] == cost[i - 1][j - 1] + (r[i - 1] != h[j - 1]):
+            sub += r[i - 1] != h[j - 1]
+            i, j = i - 1, j - 1
+        elif i and cost[i][j] == cost[i - 1][j] + 1:
+            dele, i = dele + 1, i - 1
+        else:
+            ins, j = ins + 1, j - 1
+    return WordErrors(sub, dele, ins, len(r))
+
+
+def corpus_word_errors(refs: Sequence[str], hyps: Sequence[str]) -> WordErrors:
+    """`word_errors` summed over aligned transcripts."""
+    _check_aligned(refs, hyps)
+    return sum((word_errors(ref, hyp) for ref, hyp in zip(refs, hyps)), WordErrors())
+
+
 def corpus_wer(refs: Sequence[str], hyps: Sequence[str]) -> float:
     """Total word edits over total reference words; raises ValueError when there are no reference words."""
     _check_aligned(refs, hyps)
@@ -257,6 +310,10 @@ class SluScores:
 
     n: int
     wer: float
+    # the WER's parts, per reference word: they sum to `wer` (sclite's Sub / Del / Ins)
+    substitution_rate: float
+    deletion_rate: float
+    insertion_rate: float
     intent_accuracy: float
     slu_f1: float
     word_f1: float
@@ -268,9 +325,13 @@ def evaluate_slu(refs: Sequence[SluRecord], hyps: Sequence[SluRecord]) -> SluSco
     """Score aligned gold/predicted records; ValueError if empty, misaligned or with no reference words."""
     _check_aligned(refs, hyps)
     slots = slot_scores([r.slots for r in refs], [h.slots for h in hyps])
+    errors = corpus_word_errors([r.text for r in refs], [h.text for h in hyps])
     return SluScores(
         n=len(refs),
-        wer=corpus_wer([r.text for r in refs], [h.text for h in hyps]),
+        wer=errors.rate(errors.edits),
+        substitution_rate=errors.rate(errors.substitutions),
+        deletion_rate=errors.rate(errors.deletions),
+        insertion_rate=errors.rate(errors.insertions),
         intent_accuracy=intent_accuracy([r.intent for r in refs], [h.intent for h in hyps]),
         slu_f1=slots.slu.f1,
         word_f1=slots.word.f1,

@@ -10,7 +10,9 @@ import pytest
 from pasu.metrics import (
     LatencyStats,
     SluResult,
+    WordErrors,
     char_distance,
+    corpus_word_errors,
     corpus_wer,
     evaluate_slu,
     intent_accuracy,
@@ -21,6 +23,7 @@ from pasu.metrics import (
     utterance_wer,
     word_distance,
     word_edits,
+    word_errors,
 )
 from pasu.slu import Slot
 
@@ -55,6 +58,43 @@ def test_corpus_wer_pools_edits_not_rates():
     hyps = ["turn off the kitchen light", "wake me up now please", "set alarm five"]
     # (2 + 2 + 2) edits / (5 + 3 + 5) words = 6/13 ~ 0.4615, not the mean of rates (0.4+0.667+0.4)/3 ~ 0.4889
     assert corpus_wer(refs, hyps) == approx(6 / 13)
+
+
+def test_word_errors_name_each_kind_of_edit():
+    # on->off, lights->light: 2 substitutions; "now", "please" inserted; "an", "for" deleted
+    assert word_errors("turn on the kitchen lights", "turn off the kitchen light") == WordErrors(2, 0, 0, 5)
+    assert word_errors("wake me up", "wake me up now please") == WordErrors(0, 0, 2, 3)
+    assert word_errors("set an alarm for five", "set alarm five") == WordErrors(0, 2, 0, 5)
+    assert word_errors("", "") == WordErrors() and word_errors("", "hi there") == WordErrors(0, 0, 2, 0)
+    assert word_errors("hi there", "") == WordErrors(0, 2, 0, 2)
+
+
+def test_word_errors_prefer_substitutions_among_equally_cheap_alignments():
+    # two substitutions or one deletion and one insertion both cost 2: the substitutions are counted
+    assert word_errors("a b", "b a") == WordErrors(2, 0, 0, 2)
+    # likewise three substitutions, not "some" deleted, music->musics and "loud" inserted
+    assert word_errors("play some jazz music", "play jazz musics loud") == WordErrors(3, 0, 0, 4)
+
+
+def test_word_errors_always_sum_to_the_edit_distance():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        ref = " ".join(rng.choice("abcd") for _ in range(rng.randint(0, 8)))
+        hyp = " ".join(rng.choice("abcd") for _ in range(rng.randint(0, 8)))
+        errors = word_errors(ref, hyp)
+        assert errors.edits == word_edits(ref, hyp) and errors.ref_words == len(ref.split())
+
+
+def test_corpus_word_errors_add_up_and_their_rates_sum_to_the_wer():
+    refs = ["turn on the kitchen lights", "wake me up", "set an alarm for five"]
+    hyps = ["turn off the kitchen light", "wake me up now please", "set alarm five"]
+    errors = corpus_word_errors(refs, hyps)
+    assert errors == WordErrors(2, 2, 2, 13)
+    assert errors.rate(errors.edits) == approx(corpus_wer(refs, hyps))
+    with pytest.raises(ValueError, match="zero reference words"):
+        WordErrors(0, 0, 1, 0).rate(1)
 
 
 def test_wer_splits_on_whitespace_only():
@@ -255,6 +295,7 @@ def test_evaluate_slu():
     s = evaluate_slu(refs, hyps)
     assert s.n == 2
     assert s.wer == approx(1 / 11)  # 1 substitution / (6 + 5) words
+    assert (s.substitution_rate, s.deletion_rate, s.insertion_rate) == (approx(1 / 11), 0.0, 0.0)
     assert s.intent_accuracy == approx(0.5)
     assert s.word_f1 == approx(2 / 3)  # TP=2, FP=FN=1 -> 2/3
     assert s.char_f1 == approx(16 / 17)  # TP=2, FP=FN=1/8 -> 2/2.125

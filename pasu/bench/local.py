@@ -9,7 +9,9 @@ with every optimization, each optimization alone (the paper's Fig. 5), the pilot
 vs from-scratch pilots (Table 4), faster-whisper tiny.en (what a user would pick instead), and PocketSphinx
 decoding chunk by chunk as a streaming server does (pasu.bench.sphinx), live and with its end-of-utterance
 passes. With `--lm`, ESPnet's BatchBeamSearch and the shipped agent also run with the LM fused in
-(`espnet_batch+lm`, `ours+lm`).
+(`espnet_batch+lm`, `ours+lm`); with `--length-bonus B`, both also run with B added per token (ESPnet's
+`penalty`; `espnet_batch+bonus`, `ours+bonus`, whose decided stop a bonus turns off; with `--lm` too,
+`espnet_batch+lm+bonus` and `ours+lm+bonus`).
 `--check-clock N` replays N utterances both on the virtual clock and at real-time pace and prints how far
 apart the latencies are.
 """
@@ -53,12 +55,15 @@ ALL_ON = replace(OURS, beam_collapse=True, early_termination=True, ctc_leap=True
 NO_PILOT = PilotOptions(enabled=False)
 
 
-def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5), lm_weight: float = 0.0) -> dict[str, AgentOptions]:
+def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5), lm_weight: float = 0.0,
+                   length_bonus: float = 0.0) -> dict[str, AgentOptions]:
     """Name -> agent options, all with beam 5 and CTC weight 0.3. 'ours' is the agent's shipped decode (pilots
     every tau = 1 s, final decode with the decided stop) on the paper's schedule; 'ours_pause' adds the shipped
     pause pilot; 'ours_all' turns every optimization on. The pilot interval and from-scratch pilots (Table 4) are
     varied on 'ours_all', the decode that follows the last pilot. With `lm_weight` > 0, 'espnet_batch+lm' and
-    'ours+lm' fuse the model's LM (DeviceModel.use_lm) at that weight."""
+    'ours+lm' fuse the model's LM (DeviceModel.use_lm) at that weight; with `length_bonus` != 0,
+    'espnet_batch+bonus' and 'ours+bonus' (and with an LM 'espnet_batch+lm+bonus', 'ours+lm+bonus') add it per
+    token."""
     # Every row but 'ours_pause' ends at an oracle endpointer, as ESPnet's decoders do: they cannot start before
     # the end is declared, so a pause pilot would give ours the VAD's wait as a head start (pasu.device.agent)
     pilot = PilotOptions(interval_seconds=1.0, at_pause=False)
@@ -81,6 +86,10 @@ def configurations(taus: tuple[float, ...] = (2.0, 1.0, 0.5), lm_weight: float =
     if lm_weight:
         configs["espnet_batch+lm"] = replace(configs["espnet_batch"], final_search=replace(PLAIN, lm_weight=lm_weight))
         configs["ours+lm"] = replace(configs["ours"], final_search=replace(OURS, lm_weight=lm_weight))
+    if length_bonus:
+        for name in [n for n in configs if n.split("+")[0] in ("espnet_batch", "ours")]:
+            search = replace(configs[name].final_search, length_bonus=length_bonus)
+            configs[f"{name}+bonus"] = replace(configs[name], final_search=search)
     return configs
 
 
@@ -269,6 +278,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm", type=Path, default=None,
                    help="a `pasu lm train` folder on the models' tokens: adds the espnet_batch+lm and ours+lm rows")
     p.add_argument("--lm-weight", type=float, default=0.2, help="the LM's weight with --lm (default: %(default)s)")
+    p.add_argument("--length-bonus", type=float, default=0.0, metavar="B",
+                   help="adds the espnet_batch+bonus and ours+bonus rows (with --lm, also +lm+bonus): B added per "
+                        "token (ESPnet's `penalty`)")
     p.add_argument("--check-clock", type=int, default=0, metavar="N",
                    help="also compare virtual-clock and real-time latencies on N utterances (first model, first split)")
     p.add_argument("--out", type=Path, default=Path("bench/local.json"), help="JSON results")
@@ -276,11 +288,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def replay_group(folder: Path, corpus: Path, split: str, utterances: int, config_names: list[str] | None,
-                 threads: int, lm: Path | None = None, lm_weight: float = 0.0) -> list[Row]:
+                 threads: int, lm: Path | None = None, lm_weight: float = 0.0, length_bonus: float = 0.0
+                 ) -> list[Row]:
     """Every configuration on one model and split in this process, interleaved utterance by utterance (so
     their ratios are measured side by side); the group's rows are printed when it is done."""
     torch.set_num_threads(threads)
-    configs = configurations(lm_weight=lm_weight if lm is not None else 0.0)
+    configs = configurations(lm_weight=lm_weight if lm is not None else 0.0, length_bonus=length_bonus)
     if config_names:
         configs = {k: configs[k] for k in config_names}
     model = DeviceModel.from_folder(folder)
@@ -299,8 +312,8 @@ def replay_group(folder: Path, corpus: Path, split: str, utterances: int, config
 
 def _replay_groups(args: argparse.Namespace) -> list[Row]:
     """(model, split) groups, in one process or spread over `args.jobs` processes (one core each)."""
-    groups = [(folder, args.corpus, split, args.utterances, args.configs, args.threads, args.lm, args.lm_weight)
-              for folder in args.models for split in args.splits]
+    groups = [(folder, args.corpus, split, args.utterances, args.configs, args.threads, args.lm, args.lm_weight,
+               args.length_bonus) for folder in args.models for split in args.splits]
     if args.jobs <= 1:
         return [row for group in groups for row in replay_group(*group)]
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools

@@ -35,6 +35,18 @@ def test_with_an_lm_weight_espnet_and_ours_also_run_with_the_lm():
     assert fused["espnet_batch+lm"].decoder == "espnet_batch" and fused["espnet_batch+lm"].final_search.lm_weight == 0.2
 
 
+def test_with_a_length_bonus_espnet_and_ours_also_run_with_it():
+    plain, bonus = configurations(), configurations(length_bonus=1.0)
+    assert set(bonus) - set(plain) == {"espnet_batch+bonus", "ours+bonus"}
+    assert bonus["ours+bonus"].final_search == replace(plain["ours"].final_search, length_bonus=1.0)
+    assert bonus["espnet_batch+bonus"].decoder == "espnet_batch"
+    assert bonus["espnet_batch+bonus"].final_search.length_bonus == 1.0
+    both = configurations(lm_weight=0.2, length_bonus=1.0)
+    assert set(both) - set(plain) == {"espnet_batch+lm", "ours+lm", "espnet_batch+bonus", "ours+bonus",
+                                      "espnet_batch+lm+bonus", "ours+lm+bonus"}
+    assert both["ours+lm+bonus"].final_search == replace(plain["ours"].final_search, lm_weight=0.2, length_bonus=1.0)
+
+
 def test_bench_local_measures_each_configuration_side_by_side(tmp_path, cloud_support, capsys):
     corpus = write_synthetic_corpus(tmp_path / "corpus", n_train=1, n_dev=3)
     model = cloud_support.write_model_folder(tmp_path / "model")

@@ -15,6 +15,7 @@ from pasu.device.agent import (
     PilotOptions,
     Session,
     VirtualClock,
+    espnet_search_for,
     play_realtime,
     replay,
 )
@@ -206,6 +207,16 @@ def test_with_an_lm_the_final_decode_answers_as_espnets_with_it(with_lm, speech_
                                                 final_search=fused))
     assert ours.tokens == espnet.tokens and ours.text == espnet.text
     assert ours.tokens != replay(with_lm, wave, AgentOptions()).tokens  # the LM had a say
+
+
+def test_with_a_length_bonus_the_final_decode_answers_as_espnets_with_its_penalty(tiny_model, speech_like):
+    wave = speech_like(1.6, seed=4)
+    # 1.0 keeps this untrained model's answers short of the frame count, where ESPnet appends a second <eos>
+    longer = AgentOptions(final_search=replace(AgentOptions().final_search, length_bonus=1.0))
+    espnet = replace(longer, pilot=PilotOptions(enabled=False), decoder="espnet_batch")
+    assert espnet_search_for(tiny_model, espnet).weights["length_bonus"] == 1.0  # ESPnet's `penalty`
+    ours = replay(tiny_model, wave, longer)  # pilots on, as shipped
+    assert ours.tokens == replay(tiny_model, wave, espnet).tokens
 
 
 def test_the_late_policy_judges_the_full_decode_and_the_early_one_the_last_pilot(tiny_model, speech_like):

@@ -18,17 +18,25 @@ def corpus_and_model(tiny_experiment, tmp_path_factory):
     return corpus, package_model(exp_dir, tmp_path_factory.mktemp("eval") / "model")
 
 
-def test_eval_command_writes_scores_per_split(corpus_and_model, tmp_path):
+def test_eval_command_writes_scores_per_split_and_every_answer(corpus_and_model, tmp_path):
     corpus, model = corpus_and_model
-    out = tmp_path / "eval.json"
+    out, hyps = tmp_path / "eval.json", tmp_path / "hyps.jsonl"
     proc = subprocess.run([sys.executable, "-m", "pasu.cli", "eval", str(model), "--corpus", str(corpus),
-                           "--splits", "dev", "--beam", "2", "--threads", "1", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                           "--splits", "dev", "--beam", "2", "--threads", "1", "--out", str(out),
+                           "--hyps", str(hyps)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     scores = json.loads(out.read_text())["dev"]
     assert scores["n"] == 3
     assert 0.0 <= scores["intent_accuracy"] <= 1.0 and scores["wer"] >= 0.0
     assert scores["decode_rtf"] > 0
+    rows = [json.loads(line) for line in hyps.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [u.id for u in load_split(corpus, "dev")]
+    # the answers' own error counts give the WER and its parts that the scores report
+    errors = {kind: sum(r[kind] for r in rows) for kind in ("substitutions", "deletions", "insertions")}
+    words = sum(r["ref_words"] for r in rows)
+    assert sum(errors.values()) / words == pytest.approx(scores["wer"])
+    assert errors["deletions"] / words == pytest.approx(scores["deletion_rate"])
+    assert {r["split"] for r in rows} == {"dev"} and all(r["seconds"] > 0 for r in rows)
 
 
 def _eval_dev_as_agent(corpus, model, reader, tmp_path) -> tuple[dict, str]:
