@@ -53,6 +53,13 @@ def test_yaml_then_flags(parser, agent_yaml):
     assert not config.agent.pilot.enabled
 
 
+def test_a_length_bonus_reaches_the_final_decode_only(parser, agent_yaml):
+    config = config_from_args(parser.parse_args(["device", "run", "--audio", "x.wav", "--config", str(agent_yaml),
+                                                 "--length-bonus", "1.0"]))
+    assert config.agent.final_search.length_bonus == 1.0
+    assert config.agent.pilot.search.length_bonus == 0.0 and not config.agent.pilot.enabled  # the yaml's pilots
+
+
 def test_a_bad_config_fails_before_anything_runs(parser, tmp_path, capsys):
     (tmp_path / "agent.yaml").write_text("agent: {pilot: {tua: 0.5}}\n")
     args = parser.parse_args(["device", "run", "--audio", "missing.wav", "--config", str(tmp_path / "agent.yaml"),
