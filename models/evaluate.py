@@ -114,7 +114,8 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
         else:
             decoded = decode_split(recognizer, utterances, split, opts.jobs)
             results[split] = score_split(utterances, decoded)
-        rows += answer_rows(split, utterances, decoded)
+        if opts.hyps:
+            rows += answer_rows(split, utterances, decoded)
     if opts.hyps:
         Path(opts.hyps).write_text("".join(json.dumps(row) + "\n" for row in rows))
     results["decoding"] = asdict(opts.decoding)
