@@ -81,6 +81,11 @@ class WordErrors:
 def word_errors(ref: str, hyp: str) -> WordErrors:
     """Substitutions, deletions and insertions of one minimum-edit alignment (they sum to `word_edits`)."""
     r, h = ref.split(), hyp.split()
+    # deletions - insertions = len(r) - len(h) in every alignment, so when the edit distance (editdistance's C
+    # code) is that difference there is nothing to substitute: most answers leave here, before the Python walk
+    edits, surplus = editdistance.eval(r, h), len(r) - len(h)
+    if edits == abs(surplus):
+        return WordErrors(0, max(surplus, 0), max(-surplus, 0), len(r))
     # cost[i][j]: edits turning r[:i] into h[:j]; the walk back takes the diagonal whenever it is on a cheapest
     # path, so of equally cheap alignments the one with the fewest deletions and insertions is counted
     # ("a b" -> "b a": two substitutions, not a deletion and an insertion)
