@@ -44,11 +44,6 @@ class EvalOptions:
     hyps: str | None = None
 
 
-def evaluate_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "", jobs: int = 1) -> dict:
-    """Decode one utterance at a time (as a device does) and score against the manifest labels."""
-    return score_split(utterances, decode_split(recognizer, utterances, desc, jobs))
-
-
 def decode_split(recognizer: Recognizer, utterances: Sequence[Utterance], desc: str = "",
                  jobs: int = 1) -> list[tuple[Recognition, float]]:
     """Each utterance's recognition and the seconds it took, one utterance at a time; `jobs` > 1 spreads them over
