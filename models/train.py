@@ -127,6 +127,10 @@ class TrainOptions:
     # their attention and feed-forward branches zeroed), so a deeper decoder starts from the package's answers
     # and learns what its new layers add, instead of first unlearning random ones
     init_new_decoder_layers_identity: bool = False
+    # with init_partial: the late-context encoder's conv blocks the package lacks (stacked on its own) start as
+    # the identity, so a deeper streaming stack starts from the package's answers; they run during ingestion,
+    # so they add capacity without adding time after the end of speech
+    init_new_conv_blocks_identity: bool = False
     # > 0: this times the cross-entropy of the decoder's first output token (the intent, in PASU's targets) is
     # added to ESPnet's loss, where the intent is one token of a dozen or more: weighs the intent against the
     # words (0: ESPnet's loss as it is)
@@ -369,9 +373,10 @@ def train(
     opts = config.train
     if opts.max_epochs is None and opts.max_steps is None and opts.max_minutes is None:
         raise ValueError("set train.max_epochs, train.max_steps or train.max_minutes")
-    if opts.init_new_decoder_layers_identity and not opts.init_partial:
-        raise ValueError("train.init_new_decoder_layers_identity needs train.init_partial=true: without it the "
-                         "package's own architecture is kept and no decoder layer is new")
+    for grow in ("init_new_decoder_layers_identity", "init_new_conv_blocks_identity"):
+        if getattr(opts, grow) and not opts.init_partial:
+            raise ValueError(f"train.{grow} needs train.init_partial=true: without it the package's own "
+                             "architecture is kept and no layer is new")
     if (opts.teacher is None) != (opts.distill_weight == 0):
         raise ValueError("distillation needs both train.teacher and train.distill_weight > 0")
     set_torch_threads(opts.num_threads)
@@ -390,6 +395,8 @@ def train(
         loaded = _initialize(model, _packaged_weights(init_from), partial=opts.init_partial)
         if opts.init_new_decoder_layers_identity:
             _new_decoder_layers_as_identity(model, loaded)
+        if opts.init_new_conv_blocks_identity:
+            _new_conv_blocks_as_identity(model, loaded)
         log.info("initialized from %s%s", init_from, " (matching tensors only)" if opts.init_partial else "")
     model = model.to(device)
     optimizer = torch.optim.Adam(
@@ -414,7 +421,7 @@ def train(
 UNLEARNED_OPTIONS = frozenset({
     "train.max_epochs", "train.max_minutes", "train.num_threads", "train.device", "train.log_interval_steps",
     "train.checkpoint_minutes", "train.checkpoint_steps", "train.init_from", "train.init_partial",
-    "train.init_new_decoder_layers_identity"})
+    "train.init_new_decoder_layers_identity", "train.init_new_conv_blocks_identity"})
 
 
 def changed_options(stored: Mapping[str, Any], config: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
@@ -505,6 +512,10 @@ def _initialize(model: torch.nn.Module, weights: dict[str, torch.Tensor], partia
     if not matched:
         raise ValueError("init_partial: no tensor of the package matches this model (names and shapes)")
     model.load_state_dict(matched, strict=False)
+    dropped = sorted(set(weights) - set(matched))
+    if dropped:  # e.g. a config with fewer decoder layers than the package: say so, it is rarely meant
+        log.warning("warm start: %d of the package's tensors fit no tensor of this model and are dropped: %s%s",
+                    len(dropped), ", ".join(dropped[:4]), " ..." if len(dropped) > 4 else "")
     log.info("warm start: %d of %d tensors loaded (%d parameters); the rest keep their initialization",
              len(matched), len(own), sum(v.numel() for v in matched.values()))
     return set(matched)
@@ -522,6 +533,34 @@ def _new_decoder_layers_as_identity(model: torch.nn.Module, loaded: set[str]) ->
                 branch_end.weight.zero_()
                 branch_end.bias.zero_()
     log.info("decoder layers %s start as the identity", new)
+
+
+def _new_conv_blocks_as_identity(model: torch.nn.Module, loaded: set[str]) -> None:
+    """Make the late-context encoder's new top conv blocks pass their input through unchanged.
+
+    Each block ends in a LayerNorm, so zeroing the cgMLP's output projection alone would still renormalize: the
+    package's top block hands its output affine to the new top block and normalizes without one, and a
+    LayerNorm of normalized frames leaves them as they are (up to its epsilon).
+    """
+    blocks = getattr(model.encoder, "conv_blocks", None)
+    if blocks is None:
+        raise ValueError("train.init_new_conv_blocks_identity needs the late_context encoder")
+    new = [i for i in range(len(blocks)) if not any(n.startswith(f"encoder.conv_blocks.{i}.") for n in loaded)]
+    if not new:
+        return
+    if new != list(range(new[0], len(blocks))) or new[0] == 0:
+        raise ValueError(f"new conv blocks {new} must sit on top of the package's own")
+    top_old, top_new = blocks[new[0] - 1].norm_final, blocks[-1].norm_final
+    with torch.no_grad():
+        top_new.weight.copy_(top_old.weight)
+        top_new.bias.copy_(top_old.bias)
+        for i in range(new[0] - 1, len(blocks) - 1):
+            blocks[i].norm_final.weight.fill_(1.0)
+            blocks[i].norm_final.bias.zero_()
+        for i in new:
+            blocks[i].cgmlp.channel_proj2.weight.zero_()
+            blocks[i].cgmlp.channel_proj2.bias.zero_()
+    log.info("encoder conv blocks %s start as the identity", new)
 
 
 def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import threading
@@ -304,8 +305,9 @@ def test_init_from_a_package_continues_its_weights(corpus, tmp_path):
     assert json.loads((warm / "summary.json").read_text())["steps"] == 2
 
 
-def test_partial_init_warm_starts_another_encoder_from_a_package(corpus, tmp_path):
-    """A Branchformer baseline keeps its own blocks but takes the package's vocabulary, frontend, decoder, CTC."""
+def test_partial_init_warm_starts_another_encoder_from_a_package(corpus, tmp_path, caplog):
+    """A Branchformer baseline keeps its own blocks but takes the package's vocabulary, frontend, decoder, CTC;
+    the package's blocks it has no place for are named in a warning, not dropped in silence."""
     from pasu.models.package import load_packaged, package_model
 
     first = tmp_path / "first"
@@ -316,7 +318,10 @@ def test_partial_init_warm_starts_another_encoder_from_a_package(corpus, tmp_pat
     config = dataclasses.replace(tiny_config(max_steps=0, init_from=str(tmp_path / "pkg"), init_partial=True),
                                  model=branchformer)
     warm = tmp_path / "warm"
-    train(config, corpus, warm)
+    with caplog.at_level(logging.WARNING, logger="pasu.models.train"):
+        train(config, corpus, warm)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("are dropped" in m and "encoder.attn_blocks.0." in m for m in warnings)
     model, warm_tokenizer, _ = load_packaged(package_model(warm, tmp_path / "pkg2"))
     assert warm_tokenizer.token_list == tokenizer.token_list
     assert type(model.encoder).__name__ == "BranchformerEncoder"
@@ -368,6 +373,50 @@ def test_a_deeper_decoder_starts_from_the_package_answers(corpus, tmp_path):
     no_partial = {**options, "init_partial": False}
     with pytest.raises(ValueError, match="init_partial"):
         train(dataclasses.replace(tiny_config(max_steps=0, **no_partial), model=deeper), corpus, tmp_path / "refused")
+
+
+def test_deeper_streaming_conv_stack_starts_from_the_package_answers(corpus, tmp_path):
+    """Conv blocks the package lacks, stacked on its own, start as the identity: the grown encoder encodes as
+    the package's does, offline and chunk by chunk, and the new blocks' weights are still there to learn."""
+    from pasu.models.late_context_encoder import IncrementalEncoder
+    from pasu.models.package import load_packaged, package_model
+
+    first = tmp_path / "first"
+    train(tiny_config(max_steps=1), corpus, first)
+    shipped, _, _ = load_packaged(package_model(first, tmp_path / "pkg"))
+    deeper = {**TINY_MODEL, "encoder_conf": {**TINY_MODEL["encoder_conf"], "num_conv_blocks": 3}}
+    options = dict(init_from=str(tmp_path / "pkg"), init_partial=True, init_new_conv_blocks_identity=True)
+    grown_dir = tmp_path / "grown"
+    train(dataclasses.replace(tiny_config(max_steps=0, **options), model=deeper), corpus, grown_dir)
+    grown, _, _ = load_packaged(package_model(grown_dir, tmp_path / "pkg2"))
+    assert len(grown.encoder.conv_blocks) == 3 and len(shipped.encoder.conv_blocks) == 1
+    assert float(grown.encoder.conv_blocks[2].cgmlp.channel_proj1[0].weight.detach().abs().sum()) > 0
+
+    shipped.eval(), grown.eval()
+    speech, lengths = torch.randn(2, 16000), torch.tensor([16000, 12000])
+    with torch.no_grad():
+        a, a_lengths = shipped.encode(speech, lengths)
+        b, b_lengths = grown.encode(speech, lengths)
+        feats, _ = grown._extract_feats(speech[:1], lengths[:1])
+        stream = IncrementalEncoder(grown.encoder)
+        for start in range(0, feats.size(1), 13):
+            stream.accept(feats[:, start:start + 13])
+        streamed = stream.encode()
+    assert torch.equal(a_lengths, b_lengths)
+    assert torch.allclose(a, b, atol=1e-4)
+    assert torch.allclose(streamed, b[:1, : streamed.size(1)], atol=1e-4)
+
+    plain_dir = tmp_path / "plain"  # without the option the new blocks are random: the encoding moves
+    train(dataclasses.replace(tiny_config(max_steps=0, **{**options, "init_new_conv_blocks_identity": False}),
+                              model=deeper), corpus, plain_dir)
+    plain, _, _ = load_packaged(package_model(plain_dir, tmp_path / "pkg3"))
+    plain.eval()
+    with torch.no_grad():
+        assert not torch.allclose(a, plain.encode(speech, lengths)[0], atol=1e-3)
+
+    with pytest.raises(ValueError, match="init_partial"):
+        no_partial = {**options, "init_partial": False}
+        train(dataclasses.replace(tiny_config(max_steps=0, **no_partial), model=deeper), corpus, tmp_path / "no")
 
 
 def test_time_box_and_overrides(corpus, tmp_path):
