@@ -23,17 +23,18 @@ from typing import TYPE_CHECKING
 from pasu.device.agent import DeviceAgent, use_lm_of
 from pasu.device.config import DeviceConfig
 from pasu.device.routing import Policy, RoutingOptions
-from pasu.device.runtime import DeviceModel
+from pasu.device.runtime import DeviceModel, model_folder
 
 if TYPE_CHECKING:
     from pasu.device.cloud_client import CloudClient
 
 
-def open_agent(model_dir: str | os.PathLike, config: DeviceConfig = DeviceConfig(),
+def open_agent(model: str | os.PathLike, config: DeviceConfig = DeviceConfig(),
                token: str | None = None) -> DeviceAgent:
-    """The agent for a packaged device model and `config` (device/agent.yaml's fields): the model with the intent
-    reader of MODEL/offramp, the LM `agent.lm` names, and with `routing.cloud` set, the routing policy at the
-    model's calibrated thresholds and a client of those servers (`token` overrides `routing.token_file`).
+    """The agent for a device model (a packaged folder, or an ESPnet checkpoint: a .pth with its config.yaml
+    beside it) and `config` (device/agent.yaml's fields): the model with the intent reader of MODEL/offramp, the LM
+    `agent.lm` names, and with `routing.cloud` set, the routing policy at the model's calibrated thresholds and a
+    client of those servers (`token` overrides `routing.token_file`).
     Sets the process's torch threads to `agent.threads`. Close the agent (or use it in `with`) to close its client.
 
     FileNotFoundError: no model there, or a policy needs offramps the model lacks; ValueError: a threshold neither
@@ -42,20 +43,18 @@ def open_agent(model_dir: str | os.PathLike, config: DeviceConfig = DeviceConfig
     from pasu.device.offramp_train import OFFRAMP_DIR, load_device_model, schedule_mismatch
     from pasu.torch_threads import set_torch_threads
 
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{model_dir}: no device model folder there (`pasu train --package DIR`)")
     set_torch_threads(config.agent.threads)
-    model = load_device_model(model_dir)  # with its intent reader, when `pasu offramp train` left one
+    device_model = load_device_model(model)  # with its intent reader, when `pasu offramp train` left one
+    model_dir = model_folder(model)
     try:
-        use_lm_of(model, config.agent)
+        use_lm_of(device_model, config.agent)
     except (OSError, ValueError) as error:
         raise ValueError(f"agent.lm {config.agent.lm!r}: {error}") from error
-    policy, cloud = routing_of(config.routing, model, model_dir, token)
+    policy, cloud = routing_of(config.routing, device_model, model_dir, token)
     if policy is not None and (mismatch := schedule_mismatch(config.routing, config.agent.pilot,
                                                               model_dir / OFFRAMP_DIR)):
         warnings.warn(mismatch, stacklevel=2)
-    return DeviceAgent(model, config.agent, policy, cloud)
+    return DeviceAgent(device_model, config.agent, policy, cloud)
 
 
 def routing_of(routing: RoutingOptions, model: DeviceModel, model_dir: Path,

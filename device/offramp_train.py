@@ -334,14 +334,14 @@ def load_bilstm(folder: str | Path, judges: Judged = "pilot") -> BiLstmOfframp:
     return BiLstmOfframp.load(folder)
 
 
-def load_device_model(folder: str | Path, offramp_folder: str | Path | None = None) -> DeviceModel:
-    """A packaged device model as the agent runs it: its unknown words corrected when FOLDER ships a word trigram
-    (pasu.device.spelling), with the intent reader of its offramp folder (default FOLDER/offramp) weighed into its
-    answers when that folder has one."""
-    from pasu.device.runtime import DeviceModel
+def load_device_model(path: str | Path, offramp_folder: str | Path | None = None) -> DeviceModel:
+    """A device model as the agent runs it (a packaged folder, or an ESPnet checkpoint: DeviceModel.load): its
+    unknown words corrected when its folder ships a word trigram (pasu.device.spelling), with the intent reader of
+    its offramp folder (default FOLDER/offramp) weighed into its answers when that folder has one."""
+    from pasu.device.runtime import DeviceModel, model_folder
     from pasu.device.spelling import WORDS_FILE
 
-    model = DeviceModel.from_folder(folder)
+    model, folder = DeviceModel.load(path), model_folder(path)
     if (Path(folder) / WORDS_FILE).is_file():
         model.use_speller(Path(folder) / WORDS_FILE)
     reader_folder = Path(offramp_folder) if offramp_folder is not None else Path(folder) / OFFRAMP_DIR

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from pasu.device.spelling import SpellingCorrector
     from pasu.models.lm import PackagedLm
 
+ESPNET_WEIGHTS_SUFFIX = ".pth"  # what ESPnet's trainer writes (valid.acc.ave.pth, NNepoch.pth, ...)
+
 
 class DeviceModel:
     """An ESPnet hybrid CTC/attention model whose target is `intent words-with-slot-markup`."""
@@ -70,6 +72,23 @@ class DeviceModel:
 
         self.speller = SpellingCorrector.load(words_file)
         self.weights_id += f"+words@{weights_digest(words_file)}"  # the answers change: replay caches must tell
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> DeviceModel:
+        """A packaged folder, or an ESPnet checkpoint: a .pth with the config.yaml of its training beside it, as
+        ESPnet's exp/asr_*/ folders keep them (FileNotFoundError when either is missing)."""
+        path = Path(path)
+        if path.suffix != ESPNET_WEIGHTS_SUFFIX:
+            if not (path / "config.yaml").is_file():
+                raise FileNotFoundError(f"{path}: no device model folder there (`pasu train --package DIR`), "
+                                        f"nor an ESPnet checkpoint (*{ESPNET_WEIGHTS_SUFFIX})")
+            return cls.from_folder(path)
+        config = path.with_name("config.yaml")
+        for needed in (path, config):
+            if not needed.is_file():
+                raise FileNotFoundError(f"{needed}: missing (an ESPnet checkpoint is read with the config.yaml "
+                                        "of its training beside it)")
+        return cls.from_espnet(config, path)
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> DeviceModel:
@@ -128,6 +147,13 @@ class DeviceModel:
         steps = max(len(best.yseq) - 1, 1)
         confidence = math.exp(min(float(best.scores["decoder"]) / steps, 0.0))
         return [int(t) for t in best.yseq[1:-1]], confidence
+
+
+def model_folder(path: str | os.PathLike) -> Path:
+    """Where a device model's own files live (its offramps, intent reader, word list): the packaged folder
+    itself, or the folder of an ESPnet checkpoint."""
+    path = Path(path)
+    return path.parent if path.suffix == ESPNET_WEIGHTS_SUFFIX else path
 
 
 def _piece_joiner(token_list: Sequence[str]) -> Callable[[list[int]], str]:

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -244,3 +244,71 @@ class CliServer:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+# --- an ESPnet recipe's training output ------------------------------------------------------------------
+
+ESPNET_TOKENS = ["<blank>", "<unk>", "▁a", "▁b", "c", "d", "<sos/eos>"]
+FRONTEND_CONF = {"n_fft": 512, "win_length": 400, "hop_length": 160, "fs": "16k", "n_mels": 80}
+ENCODER_CONF = {"output_size": 32, "attention_heads": 2, "linear_units": 64, "num_blocks": 2,
+                "cnn_module_kernel": 7, "macaron_style": True, "use_cnn_module": True,
+                "pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn", "rel_pos_type": "latest"}
+DECODER_CONF = {"attention_heads": 2, "linear_units": 64, "num_blocks": 1}
+
+
+def write_espnet_run(root: Path) -> tuple[Path, Path, Any]:
+    """An ESPnet recipe folder: data/token_list, exp/asr_stats/feats_stats.npz, exp/asr_train/{config.yaml,
+    valid.acc.ave.pth}, as ASRTask writes them (paths relative to the recipe folder); returns the config, the
+    weights and the model they hold (an untrained Conformer, 7 tokens)."""
+    (root / "data" / "token_list").mkdir(parents=True)
+    (root / "data" / "token_list" / "tokens.txt").write_text("\n".join(ESPNET_TOKENS) + "\n")
+    stats_dir = root / "exp" / "asr_stats" / "train"
+    stats_dir.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    mean = rng.normal(-5, 1, 80)
+    std = rng.uniform(1, 3, 80)
+    np.savez(stats_dir / "feats_stats.npz", count=np.array(1000), sum=1000 * mean,
+             sum_square=1000 * (std**2 + mean**2))
+    exp = root / "exp" / "asr_train"
+    exp.mkdir(parents=True)
+    config = {
+        "config": "conf/train_asr.yaml", "output_dir": "exp/asr_train", "ngpu": 0, "seed": 0,
+        "batch_type": "numel", "optim": "adam", "optim_conf": {"lr": 0.002}, "scheduler": "warmuplr",
+        "token_list": "data/token_list/tokens.txt", "init": None, "input_size": None,
+        "ctc_conf": {"dropout_rate": 0.0, "ctc_type": "builtin", "reduce": True, "ignore_nan_grad": None,
+                     "zero_infinity": True},
+        "model": "espnet", "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1, "length_normalized_loss": False},
+        "frontend": "default", "frontend_conf": FRONTEND_CONF,
+        "specaug": "specaug", "specaug_conf": {"apply_time_warp": True, "time_warp_window": 5,
+                                               "time_mask_width_range": [0, 40]},
+        "normalize": "global_mvn", "normalize_conf": {"stats_file": "exp/asr_stats/train/feats_stats.npz"},
+        "preencoder": None, "preencoder_conf": {},
+        "encoder": "conformer", "encoder_conf": ENCODER_CONF,
+        "postencoder": None, "postencoder_conf": {},
+        "decoder": "transformer", "decoder_conf": DECODER_CONF,
+        "required": ["output_dir", "token_list"], "version": "202511", "distributed": False,
+    }
+    (exp / "config.yaml").write_text(yaml.safe_dump(config))
+
+    # The model ASRTask would build, assembled by hand from ESPnet's classes.
+    from espnet2.asr.ctc import CTC
+    from espnet2.asr.decoder.transformer_decoder import TransformerDecoder
+    from espnet2.asr.encoder.conformer_encoder import ConformerEncoder
+    from espnet2.asr.espnet_model import ESPnetASRModel
+    from espnet2.asr.specaug.specaug import SpecAug
+    from espnet2.layers.global_mvn import GlobalMVN
+    from pasu.models.package import EspnetDefaultFrontend
+
+    torch.manual_seed(1)
+    frontend = EspnetDefaultFrontend(**FRONTEND_CONF)
+    encoder = ConformerEncoder(input_size=80, **ENCODER_CONF)
+    vocab = len(ESPNET_TOKENS)
+    reference = ESPnetASRModel(
+        vocab_size=vocab, token_list=ESPNET_TOKENS, frontend=frontend,
+        specaug=SpecAug(**config["specaug_conf"]), normalize=GlobalMVN(stats_dir / "feats_stats.npz"),
+        preencoder=None, encoder=encoder, postencoder=None,
+        decoder=TransformerDecoder(vocab, 32, **DECODER_CONF), ctc=CTC(vocab, 32), joint_network=None,
+        **config["model_conf"],
+    ).eval()
+    torch.save(reference.state_dict(), exp / "valid.acc.ave.pth")
+    return exp / "config.yaml", exp / "valid.acc.ave.pth", reference

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from pasu.cloud.config import ServerConfig
 from pasu.cloud.server import ServerThread
+from pasu.device.agent import AgentOptions, PilotOptions, replay
 from pasu.device.assemble import open_agent
 from pasu.device.config import DeviceConfig, config_from_dict
 from pasu.device.offramp_train import CALIBRATION_VERSION
+from pasu.device.runtime import DeviceModel
 
 
 @pytest.fixture
@@ -68,6 +70,23 @@ def test_what_is_missing_is_said_before_any_audio(model_dir, tmp_path):
     with pytest.raises(ValueError, match="agent.lm"):
         open_agent(model_dir, config_from_dict({"agent": {"lm": str(tmp_path / "no-lm")}}))
     assert DeviceConfig().routing.cloud == ()  # the default: local only
+
+
+def test_an_espnet_checkpoint_answers_as_espnets_own_search(tmp_path, cloud_support, speech_like):
+    """The agent on a .pth and the config.yaml beside it, as ESPnet's trainer leaves them: its answer is what
+    ESPnet's BatchBeamSearch gives on the same model."""
+    _, weights, _ = cloud_support.write_espnet_run(tmp_path / "recipe")
+    wave = speech_like(2.5, seed=5)
+    with open_agent(weights) as agent:
+        assert agent.model.token_list == cloud_support.ESPNET_TOKENS
+        ours = speak(agent, wave)
+    espnet = replay(DeviceModel.load(weights), wave,
+                    AgentOptions(pilot=PilotOptions(enabled=False), decoder="espnet_batch"))
+    assert ours.route == "local" and ours.tokens == espnet.tokens
+
+    weights.with_name("config.yaml").unlink()
+    with pytest.raises(FileNotFoundError, match="config.yaml"):
+        open_agent(weights)
 
 
 def test_thresholds_calibrated_on_other_pilots_are_warned_of(model_dir, cloud_support):

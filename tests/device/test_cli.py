@@ -95,6 +95,22 @@ def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_su
     assert result["route"] == "local" and result["pilots"] > 0
 
 
+def test_run_pilots_an_ordinary_espnet_checkpoint(parser, tmp_path, capsys, cloud_support, speech_like):
+    """A user's ESPnet training output, named by its .pth (an untrained Conformer: no streaming encoder, so each
+    pilot re-encodes the audio so far)."""
+    import json
+
+    import soundfile
+
+    _, weights, _ = cloud_support.write_espnet_run(tmp_path / "recipe")
+    soundfile.write(tmp_path / "utt.wav", speech_like(4.0), 16000)
+    args = parser.parse_args(["device", "run", "--audio", str(tmp_path / "utt.wav"), "--model", str(weights),
+                              "--json"])
+    assert args.run(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["route"] == "local" and result["pilots"] > 0
+
+
 def fit_intent_check(folder):
     """The intent reader and the model of the intent check over its evidence, as `pasu offramp train` writes."""
     import numpy as np
