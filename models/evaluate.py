@@ -114,6 +114,7 @@ def evaluate_model(model_dir: str | Path, corpus_dir: str | Path, opts: EvalOpti
     if opts.hyps:
         Path(opts.hyps).write_text("".join(json.dumps(row) + "\n" for row in rows))
     results["decoding"] = asdict(opts.decoding)
+    results["as_agent"] = opts.as_agent  # how the model card (pasu package --eval) says they were decoded
     results["jobs"] = opts.jobs  # decode_seconds were timed by this many processes side by side
     results["model_id"] = recognizer.model_id
     results["corpus"] = str(corpus_dir)

@@ -226,8 +226,8 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         "",
         *results_table(results),
         "",
-        "WER and SLU-F1 as the SLURP paper defines them (`pasu.metrics`). `pasu eval` decodes with ESPnet's beam",
-        f"search{_decoding_text(results)}.",
+        "WER and SLU-F1 as the SLURP paper defines them (`pasu.metrics`).",
+        _decoding_text(results),
         "",
         "## Files",
         "",
@@ -244,10 +244,21 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
 
 
 def _decoding_text(results: Any) -> str:
+    """How `pasu eval` decoded the results: ESPnet's beam search, or (`--as-agent`) as the device agent answers."""
     decoding = results.get("decoding") if isinstance(results, Mapping) else None
-    if not isinstance(decoding, Mapping):
-        return ""
-    return f" (beam {decoding.get('beam_size')}, CTC weight {decoding.get('ctc_weight')})"
+    settings = ""
+    if isinstance(decoding, Mapping):
+        parts = [f"beam {decoding.get('beam_size')}", f"CTC weight {decoding.get('ctc_weight')}"]
+        if decoding.get("lm"):
+            parts.append(f"LM `{decoding['lm']}` at {decoding.get('lm_weight')}")
+        if decoding.get("length_bonus"):
+            parts.append(f"length bonus {decoding['length_bonus']}")
+        settings = f" ({', '.join(parts)})"
+    if isinstance(results, Mapping) and results.get("as_agent"):
+        return (f"`pasu eval --as-agent` answers as the device agent does{settings}: PASU's search, which stops "
+                "once its answer is decided, with the intent reader of the model's `offramp/` weighed in and unknown "
+                "words spelled as known ones.")
+    return f"`pasu eval` decodes with ESPnet's beam search{settings}."
 
 
 def _ingestion_line(model: ESPnetASRModel) -> str:

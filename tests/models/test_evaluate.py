@@ -57,6 +57,7 @@ def test_eval_as_agent_scores_the_devices_answers_with_its_intent_reader(corpus_
     results, _ = _eval_dev_as_agent(*corpus_and_model, small_reader, tmp_path)
     assert results["dev"]["n"] == 3 and 0.0 <= results["dev"]["intent_accuracy"] <= 1.0
     assert "+intent-reader@" in results["model_id"]  # the reader the answers weighed in is named
+    assert results["as_agent"] is True  # what the model card says of how they were decoded
     assert "intent_reader" not in results["dev"]  # it did not learn dev: read as it is
 
 

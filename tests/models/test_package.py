@@ -88,6 +88,21 @@ def test_the_card_names_extra_training_corpora(exp_dir, tmp_path):
             "8,280 sentences") in card
 
 
+@pytest.mark.parametrize("as_agent, says", [
+    (False, "`pasu eval` decodes with ESPnet's beam search (beam 5, CTC weight 0.3)."),
+    (True, "`pasu eval --as-agent` answers as the device agent does (beam 5, CTC weight 0.3, LM `models/shipped/lm` "
+           "at 0.2, length bonus 1.0): PASU's search"),
+])
+def test_the_card_says_how_its_results_were_decoded(exp_dir, tmp_path, as_agent, says):
+    decoding = {"beam_size": 5, "ctc_weight": 0.3}
+    if as_agent:
+        decoding.update(lm="models/shipped/lm", lm_weight=0.2, length_bonus=1.0)
+    results = {"test": {"n": 40, "wer": 0.25}, "decoding": decoding, "as_agent": as_agent}
+    (tmp_path / "eval.json").write_text(json.dumps(results))
+    card = (package_model(exp_dir, tmp_path / "model", evaluation=tmp_path / "eval.json") / "README.md").read_text()
+    assert says in card and "| test | 40 | 0.25 |" in card
+
+
 def _experiment_model(exp_dir: Path):
     from pasu.models.build import build_asr_model
     from pasu.models.package import inference_model_config
