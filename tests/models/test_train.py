@@ -332,71 +332,60 @@ def test_partial_init_warm_starts_another_encoder_from_a_package(corpus, tmp_pat
     assert any(k.startswith("encoder.encoders.") for k in b)  # its own blocks, not in the package
 
 
+def _grown_from_a_package(corpus, tmp_path, model: dict, grow_option: str):
+    """A one-step tiny run packaged, and `model` (the same with more layers) warm-started from it three ways:
+    with `grow_option` (new layers as the identity), without it (new layers random); and the package itself."""
+    from pasu.models.package import load_packaged, package_model
+
+    train(tiny_config(max_steps=1), corpus, tmp_path / "first")
+    package = package_model(tmp_path / "first", tmp_path / "pkg")
+    loaded = [load_packaged(package)[0]]
+    for name, grow in (("grown", True), ("plain", False)):
+        options = dict(init_from=str(package), init_partial=True, **{grow_option: grow})
+        train(dataclasses.replace(tiny_config(max_steps=0, **options), model=model), corpus, tmp_path / name)
+        loaded.append(load_packaged(package_model(tmp_path / name, tmp_path / f"{name}-pkg"))[0])
+    # without init_partial the package's architecture would win and no layer be new: refused
+    with pytest.raises(ValueError, match="init_partial"):
+        train(dataclasses.replace(tiny_config(max_steps=0, init_from=str(package), **{grow_option: True}),
+                                  model=model), corpus, tmp_path / "refused")
+    return [m.eval() for m in loaded]
+
+
 def test_a_deeper_decoder_starts_from_the_package_answers(corpus, tmp_path):
     """A decoder layer the package lacks starts as the identity: the grown model scores every target as the
     package does; only the ends of its branches are zeroed, so the rest of the layer still learns."""
-    from pasu.models.package import load_packaged, package_model
-
-    first = tmp_path / "first"
-    train(tiny_config(max_steps=1), corpus, first)
-    shipped, _, _ = load_packaged(package_model(first, tmp_path / "pkg"))
     deeper = {**TINY_MODEL, "decoder_conf": {**TINY_MODEL["decoder_conf"], "num_blocks": 2}}
-    options = dict(init_from=str(tmp_path / "pkg"), init_partial=True, init_new_decoder_layers_identity=True)
-    grown_dir = tmp_path / "grown"
-    train(dataclasses.replace(tiny_config(max_steps=0, **options), model=deeper), corpus, grown_dir)
-    grown, _, _ = load_packaged(package_model(grown_dir, tmp_path / "pkg2"))
+    shipped, grown, plain = _grown_from_a_package(corpus, tmp_path, deeper, "init_new_decoder_layers_identity")
     assert len(grown.decoder.decoders) == 2 and len(shipped.decoder.decoders) == 1
     new_layer = grown.decoder.decoders[1]
     assert float(new_layer.feed_forward.w_1.weight.detach().abs().sum()) > 0  # only the branch ends are zeroed
 
-    shipped.eval(), grown.eval()
     speech = torch.randn(2, 16000)
     lengths = torch.tensor([16000, 12000])
     tokens = torch.randint(2, 40, (2, 5))
     token_lengths = torch.tensor([5, 3])
     with torch.no_grad():
         encoded, encoded_lengths = shipped.encode(speech, lengths)
-        a = shipped.decoder(encoded, encoded_lengths, tokens, token_lengths)[0]
-        b = grown.decoder(encoded, encoded_lengths, tokens, token_lengths)[0]
+        a, b, c = (m.decoder(encoded, encoded_lengths, tokens, token_lengths)[0] for m in (shipped, grown, plain))
     assert torch.allclose(a, b, atol=1e-5)
-
-    plain_dir = tmp_path / "plain"  # without the option the new layer is random: the answers move
-    plain_options = {**options, "init_new_decoder_layers_identity": False}
-    train(dataclasses.replace(tiny_config(max_steps=0, **plain_options), model=deeper), corpus, plain_dir)
-    plain, _, _ = load_packaged(package_model(plain_dir, tmp_path / "pkg3"))
-    plain.eval()
-    with torch.no_grad():
-        c = plain.decoder(encoded, encoded_lengths, tokens, token_lengths)[0]
-    assert not torch.allclose(a, c, atol=1e-3)
-
-    # without init_partial the package's architecture would win and the deeper decoder be dropped: refused
-    no_partial = {**options, "init_partial": False}
-    with pytest.raises(ValueError, match="init_partial"):
-        train(dataclasses.replace(tiny_config(max_steps=0, **no_partial), model=deeper), corpus, tmp_path / "refused")
+    assert not torch.allclose(a, c, atol=1e-3)  # without the option the new layer is random: the answers move
 
 
 def test_deeper_streaming_conv_stack_starts_from_the_package_answers(corpus, tmp_path):
     """Conv blocks the package lacks, stacked on its own, start as the identity: the grown encoder encodes as
     the package's does, offline and chunk by chunk, and the new blocks' weights are still there to learn."""
     from pasu.models.late_context_encoder import IncrementalEncoder
-    from pasu.models.package import load_packaged, package_model
 
-    first = tmp_path / "first"
-    train(tiny_config(max_steps=1), corpus, first)
-    shipped, _, _ = load_packaged(package_model(first, tmp_path / "pkg"))
     deeper = {**TINY_MODEL, "encoder_conf": {**TINY_MODEL["encoder_conf"], "num_conv_blocks": 3}}
-    options = dict(init_from=str(tmp_path / "pkg"), init_partial=True, init_new_conv_blocks_identity=True)
-    grown_dir = tmp_path / "grown"
-    train(dataclasses.replace(tiny_config(max_steps=0, **options), model=deeper), corpus, grown_dir)
-    grown, _, _ = load_packaged(package_model(grown_dir, tmp_path / "pkg2"))
+    shipped, grown, plain = _grown_from_a_package(corpus, tmp_path, deeper, "init_new_conv_blocks_identity")
     assert len(grown.encoder.conv_blocks) == 3 and len(shipped.encoder.conv_blocks) == 1
     assert float(grown.encoder.conv_blocks[2].cgmlp.channel_proj1[0].weight.detach().abs().sum()) > 0
 
-    shipped.eval(), grown.eval()
     speech, lengths = torch.randn(2, 16000), torch.tensor([16000, 12000])
     with torch.no_grad():
         a, a_lengths = shipped.encode(speech, lengths)
         b, b_lengths = grown.encode(speech, lengths)
+        c, _ = plain.encode(speech, lengths)
         feats, _ = grown._extract_feats(speech[:1], lengths[:1])
         stream = IncrementalEncoder(grown.encoder)
         for start in range(0, feats.size(1), 13):
@@ -405,18 +394,7 @@ def test_deeper_streaming_conv_stack_starts_from_the_package_answers(corpus, tmp
     assert torch.equal(a_lengths, b_lengths)
     assert torch.allclose(a, b, atol=1e-4)
     assert torch.allclose(streamed, b[:1, : streamed.size(1)], atol=1e-4)
-
-    plain_dir = tmp_path / "plain"  # without the option the new blocks are random: the encoding moves
-    train(dataclasses.replace(tiny_config(max_steps=0, **{**options, "init_new_conv_blocks_identity": False}),
-                              model=deeper), corpus, plain_dir)
-    plain, _, _ = load_packaged(package_model(plain_dir, tmp_path / "pkg3"))
-    plain.eval()
-    with torch.no_grad():
-        assert not torch.allclose(a, plain.encode(speech, lengths)[0], atol=1e-3)
-
-    with pytest.raises(ValueError, match="init_partial"):
-        no_partial = {**options, "init_partial": False}
-        train(dataclasses.replace(tiny_config(max_steps=0, **no_partial), model=deeper), corpus, tmp_path / "no")
+    assert not torch.allclose(a, c, atol=1e-3)  # without the option the new blocks are random: the encoding moves
 
 
 def test_time_box_and_overrides(corpus, tmp_path):
