@@ -103,8 +103,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--audio", type=Path, help="audio file (WAV, FLAC, OGG, ...; any rate, mono or stereo)")
     source.add_argument("--mic", action="store_true", help="live microphone; prints pilot hypotheses as they come")
-    run.add_argument("--model", type=Path, default=shipped_model("device"), help="device model: a packaged folder, or an ordinary ESPnet checkpoint (exp/asr_*/valid.acc.ave.pth, "
-                          "read with the config.yaml beside it); default: %(default)s")
+    run.add_argument("--model", type=Path, default=shipped_model("device"),
+                     help="device model: a packaged folder, or an ordinary ESPnet checkpoint "
+                          "(exp/asr_*/valid.acc.ave.pth, read with the config.yaml beside it); default: %(default)s")
     run.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                      help="agent YAML, any subset of DeviceConfig's fields (default: %(default)s)")
     run.add_argument("--realtime", action="store_true",

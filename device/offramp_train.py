@@ -342,9 +342,9 @@ def load_device_model(path: str | Path, offramp_folder: str | Path | None = None
     from pasu.device.spelling import WORDS_FILE
 
     model, folder = DeviceModel.load(path), model_folder(path)
-    if (Path(folder) / WORDS_FILE).is_file():
-        model.use_speller(Path(folder) / WORDS_FILE)
-    reader_folder = Path(offramp_folder) if offramp_folder is not None else Path(folder) / OFFRAMP_DIR
+    if (folder / WORDS_FILE).is_file():
+        model.use_speller(folder / WORDS_FILE)
+    reader_folder = Path(offramp_folder) if offramp_folder is not None else folder / OFFRAMP_DIR
     if (reader_folder / READER_FILES[0]).is_file():
         model.intent_mixture = IntentMixture(IntentReader.load(reader_folder))
     return model

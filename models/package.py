@@ -255,9 +255,11 @@ def _decoding_text(results: Any) -> str:
             parts.append(f"length bonus {decoding['length_bonus']}")
         settings = f" ({', '.join(parts)})"
     if isinstance(results, Mapping) and results.get("as_agent"):
-        return (f"`pasu eval --as-agent` answers as the device agent does{settings}: PASU's search, which stops "
-                "once its answer is decided, with the intent reader of the model's `offramp/` weighed in and unknown "
-                "words spelled as known ones.")
+        # a length bonus turns the decided stop off (pasu.device.decoding.search)
+        stop = "" if isinstance(decoding, Mapping) and decoding.get("length_bonus") else (
+            ", which stops once its answer is decided")
+        return (f"`pasu eval --as-agent` answers as the device agent does{settings}: PASU's search{stop}, with the "
+                "intent reader of the model's `offramp/` weighed in and unknown words spelled as known ones.")
     return f"`pasu eval` decodes with ESPnet's beam search{settings}."
 
 
