@@ -48,7 +48,7 @@ from pasu.models.fresh_feed import PCM_SCALE, ShardFeed
 from pasu.models.gpu_lease import TimeBoxedTraining, fill_parts
 from pasu.models.package import half_state_dict, load_packaged
 from pasu.models.tokenizer import Tokenizer
-from pasu.models.train import encoded_losses, weighted_loss
+from pasu.models.dev_eval import encoded_losses, weighted_loss
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ class _Trainer(TimeBoxedTraining):
 
     @torch.no_grad()
     def dev_loss(self) -> float:
-        """Teacher-forced loss per utterance (CTC and attention weighted as in training), as models/train.py's."""
+        """Teacher-forced loss per utterance (CTC and attention weighted as in training), as models/dev_eval.py's."""
         self.model.eval()
         total = sum(float(_loss(self.model, *batch)) for batch in self.dev_split.batches)
         self.model.train()

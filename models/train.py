@@ -48,9 +48,7 @@ from tqdm import tqdm
 
 from espnet2.asr.espnet_model import ESPnetASRModel
 from pasu.config import from_dict
-from pasu.device.decoding.ctc_prefix import collapse_path
 from pasu.files import write_text_atomic
-from pasu.metrics import SluResult, evaluate_slu
 from pasu.models.build import DEFAULT_SPECAUG_CONF, build_asr_model
 from pasu.models.checkpoints import (
     atomic_save,
@@ -70,10 +68,12 @@ from pasu.models.data import (
     sample_global_stats,
 )
 from pasu.models.decoder_logits import TrainingDecoderLogits
+from pasu.models.dev_eval import HIGHER_IS_BETTER, DevResult, evaluate
 from pasu.models.distill import DecoderDistillation, load_teacher
 from pasu.models.package import AVERAGED_WEIGHTS
-from pasu.models.targets import decode_target, target_symbols
+from pasu.models.targets import target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
+from pasu.models.warm_start import warm_start
 from pasu.torch_threads import set_torch_threads
 
 log = logging.getLogger(__name__)
@@ -226,116 +226,6 @@ def learning_rate(step: int, optim: OptimOptions, total_steps: int | None) -> fl
     raise ValueError(f"unknown scheduler {optim.scheduler!r}")
 
 
-# --- Dev evaluation ---------------------------------------------------------------------------------
-
-_HIGHER_IS_BETTER = {"acc": True, "intent_accuracy": True, "slu_f1": True, "loss": False, "wer": False}
-
-
-@dataclass(frozen=True)
-class DevResult:
-    n: int  # utterances evaluated
-    loss: float  # ctc_weight * loss_ctc + (1 - ctc_weight) * loss_att, per utterance
-    loss_ctc: float
-    loss_att: float
-    acc: float  # decoder token accuracy (teacher forced)
-    wer: float  # CTC greedy transcript vs reference
-    intent_accuracy: float  # CTC greedy intent
-    slu_f1: float  # SLURP SLU-F1 over the rows whose slots are known
-    seconds: float  # wall time of the evaluation
-
-
-def ctc_greedy(model: ESPnetASRModel, speech: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
-    """Best-path CTC token ids per utterance (repeats merged, blanks dropped)."""
-    enc, enc_lens = model.encode(speech, lengths)
-    return ctc_greedy_from_encoder(model, enc, enc_lens)
-
-
-def ctc_greedy_from_encoder(model: ESPnetASRModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
-    best = model.ctc.argmax(enc).cpu()
-    return [collapse_path(best[b, :n]) for b, n in enumerate(enc_lens.tolist())]
-
-
-@torch.no_grad()
-def evaluate(
-    model: ESPnetASRModel,
-    tokenizer: Tokenizer,
-    utterances: Sequence[Utterance],
-    batch_seconds: float,
-    device: torch.device | str = "cpu",
-) -> DevResult:
-    """Dev losses, decoder accuracy and CTC-greedy WER / intent accuracy / SLU-F1 over `utterances`."""
-    # ESPnet's MultiSequential (every repeat()-built encoder) draws layer-drop probabilities even in eval
-    # mode: without fork_rng, how often dev evaluation runs would change training's dropout/SpecAugment.
-    with torch.random.fork_rng(devices=[]):
-        return _evaluate(model, tokenizer, utterances, batch_seconds, device)
-
-
-def _evaluate(
-    model: ESPnetASRModel,
-    tokenizer: Tokenizer,
-    utterances: Sequence[Utterance],
-    batch_seconds: float,
-    device: torch.device | str,
-) -> DevResult:
-    start = time.perf_counter()
-    was_training = model.training
-    model.eval()
-    dataset = SpeechDataset(utterances, tokenizer)
-    batches = bucket_batches([u.duration for u in utterances], batch_seconds)
-    sums = {"loss_ctc": 0.0, "loss_att": 0.0, "acc": 0.0}
-    hyps: dict[str, str] = {}
-    for batch in batch_loader(dataset, batches):
-        x = batch.model_inputs(device)
-        enc, enc_lens = model.encode(x["speech"], x["speech_lengths"])
-        loss_ctc, loss_att, acc = encoded_losses(model, enc, enc_lens, x["text"], x["text_lengths"])
-        n = len(batch.ids)
-        sums["loss_ctc"] += float(loss_ctc) * n
-        sums["loss_att"] += float(loss_att) * n
-        sums["acc"] += float(acc) * n
-        for utt_id, ids in zip(batch.ids, ctc_greedy_from_encoder(model, enc, enc_lens)):
-            hyps[utt_id] = tokenizer.decode(ids)
-    model.train(was_training)
-    scores = evaluate_slu(*slu_results(utterances, hyps))
-    n = len(utterances)
-    loss_ctc, loss_att = sums["loss_ctc"] / n, sums["loss_att"] / n
-    return DevResult(
-        n=n,
-        loss=weighted_loss(model, loss_ctc, loss_att),
-        loss_ctc=loss_ctc,
-        loss_att=loss_att,
-        acc=sums["acc"] / n,
-        wer=scores.wer,
-        intent_accuracy=scores.intent_accuracy,
-        slu_f1=scores.slu_f1,
-        seconds=time.perf_counter() - start,
-    )
-
-
-def encoded_losses(model: ESPnetASRModel, enc: torch.Tensor, enc_lens: torch.Tensor, text: torch.Tensor,
-                   text_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
-    """ESPnet's CTC and attention losses (per utterance, batch-averaged) and the decoder's token accuracy."""
-    loss_ctc, _ = model._calc_ctc_loss(enc, enc_lens, text, text_lengths)
-    loss_att, acc, _, _ = model._calc_att_loss(enc, enc_lens, text, text_lengths)
-    return loss_ctc, loss_att, acc
-
-
-def weighted_loss(model: ESPnetASRModel, loss_ctc: Any, loss_att: Any) -> Any:
-    """ctc_weight x CTC + (1 - ctc_weight) x attention, as ESPnet's forward weighs them."""
-    return model.ctc_weight * loss_ctc + (1 - model.ctc_weight) * loss_att
-
-
-def slu_results(utterances: Sequence[Utterance], hyps: dict[str, str]) -> tuple[list, list]:
-    """Gold and decoded SluResults; rows with unknown gold slots get no slots on either side (neutral)."""
-    refs, outs = [], []
-    for u in utterances:
-        hyp = decode_target(hyps[u.id])
-        if u.slots is None:
-            hyp = SluResult(hyp.text, hyp.intent)
-        refs.append(SluResult(u.text, u.intent, tuple(u.slots or ())))
-        outs.append(hyp)
-    return refs, outs
-
-
 # --- Training -----------------------------------------------------------------------------------
 
 
@@ -392,12 +282,8 @@ def train(
     tokenizer, model_config, changed = _prepare_experiment(config, train_utts, exp_dir, init_from)
     model = build_asr_model(model_config)
     if init_from is not None:
-        loaded = _initialize(model, _packaged_weights(init_from), partial=opts.init_partial)
-        if opts.init_new_decoder_layers_identity:
-            _new_decoder_layers_as_identity(model, loaded)
-        if opts.init_new_conv_blocks_identity:
-            _new_conv_blocks_as_identity(model, loaded)
-        log.info("initialized from %s%s", init_from, " (matching tensors only)" if opts.init_partial else "")
+        warm_start(model, init_from, partial=opts.init_partial, grow_decoder=opts.init_new_decoder_layers_identity,
+                   grow_conv_blocks=opts.init_new_conv_blocks_identity)
     model = model.to(device)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=config.optim.lr, betas=config.optim.betas, weight_decay=config.optim.weight_decay
@@ -499,73 +385,6 @@ def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def _initialize(model: torch.nn.Module, weights: dict[str, torch.Tensor], partial: bool) -> set[str]:
-    """Load a package's weights: all of them, or (partial) those whose names and shapes match the model; returns
-    the names loaded."""
-    if not partial:
-        model.load_state_dict(weights, strict=True)
-        return set(weights)
-    own = model.state_dict()
-    matched = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
-    if not matched:
-        raise ValueError("init_partial: no tensor of the package matches this model (names and shapes)")
-    model.load_state_dict(matched, strict=False)
-    dropped = sorted(set(weights) - set(matched))
-    if dropped:  # e.g. a config with fewer decoder layers than the package: say so, it is rarely meant
-        log.warning("warm start: %d of the package's tensors fit no tensor of this model and are dropped: %s%s",
-                    len(dropped), ", ".join(dropped[:4]), " ..." if len(dropped) > 4 else "")
-    log.info("warm start: %d of %d tensors loaded (%d parameters); the rest keep their initialization",
-             len(matched), len(own), sum(v.numel() for v in matched.values()))
-    return set(matched)
-
-
-def _new_decoder_layers_as_identity(model: torch.nn.Module, loaded: set[str]) -> None:
-    """Zero the residual branches' output projections of every decoder layer none of whose tensors were loaded:
-    a pre-norm layer adds each branch to its input, so the layer passes its input through unchanged."""
-    layers = model.decoder.decoders
-    new = [i for i in range(len(layers)) if not any(n.startswith(f"decoder.decoders.{i}.") for n in loaded)]
-    with torch.no_grad():
-        for i in new:
-            for branch_end in (layers[i].self_attn.linear_out, layers[i].src_attn.linear_out,
-                               layers[i].feed_forward.w_2):
-                branch_end.weight.zero_()
-                branch_end.bias.zero_()
-    log.info("decoder layers %s start as the identity", new)
-
-
-def _new_conv_blocks_as_identity(model: torch.nn.Module, loaded: set[str]) -> None:
-    """Make the late-context encoder's new top conv blocks pass their input through unchanged.
-
-    Each block ends in a LayerNorm, so zeroing the cgMLP's output projection alone would still renormalize: the
-    package's top block hands its output affine to the new top block and normalizes without one, and a
-    LayerNorm of normalized frames leaves them as they are (up to its epsilon).
-    """
-    blocks = getattr(model.encoder, "conv_blocks", None)
-    if blocks is None:
-        raise ValueError("train.init_new_conv_blocks_identity needs the late_context encoder")
-    new = [i for i in range(len(blocks)) if not any(n.startswith(f"encoder.conv_blocks.{i}.") for n in loaded)]
-    if not new:
-        return
-    if new != list(range(new[0], len(blocks))) or new[0] == 0:
-        raise ValueError(f"new conv blocks {new} must sit on top of the package's own")
-    top_old, top_new = blocks[new[0] - 1].norm_final, blocks[-1].norm_final
-    with torch.no_grad():
-        top_new.weight.copy_(top_old.weight)
-        top_new.bias.copy_(top_old.bias)
-        for i in range(new[0] - 1, len(blocks) - 1):
-            blocks[i].norm_final.weight.fill_(1.0)
-            blocks[i].norm_final.bias.zero_()
-        for i in new:
-            blocks[i].cgmlp.channel_proj2.weight.zero_()
-            blocks[i].cgmlp.channel_proj2.bias.zero_()
-    log.info("encoder conv blocks %s start as the identity", new)
-
-
-def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
-    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
 
 
 def _prepare_experiment(
@@ -851,9 +670,9 @@ class _Loop:
     def _update_best(self, value: float) -> None:
         """Keep the snapshot if it ranks among the keep_best best; delete the one it pushes out."""
         s, eopts = self.state, self.config.eval
-        if eopts.best_metric not in _HIGHER_IS_BETTER:
-            raise ValueError(f"unknown best_metric {eopts.best_metric!r}; choose from {sorted(_HIGHER_IS_BETTER)}")
-        sign = 1.0 if _HIGHER_IS_BETTER[eopts.best_metric] else -1.0
+        if eopts.best_metric not in HIGHER_IS_BETTER:
+            raise ValueError(f"unknown best_metric {eopts.best_metric!r}; choose from {sorted(HIGHER_IS_BETTER)}")
+        sign = 1.0 if HIGHER_IS_BETTER[eopts.best_metric] else -1.0
         if not math.isfinite(value):
             return
         snap_dir = self.exp_dir / "snapshots"

@@ -24,7 +24,7 @@ from pasu.metrics import evaluate_slu
 from pasu.models.data import dev_subset, load_split, read_audio
 from pasu.models.device_finetune import dequantize, encoder_input, quantize
 from pasu.models.package import load_packaged
-from pasu.models.train import ctc_greedy_from_encoder, encoded_losses, slu_results, weighted_loss
+from pasu.models.dev_eval import ctc_greedy_from_encoder, encoded_losses, slu_results, weighted_loss
 from pasu.models.whisper_finetune import opus_compression_level
 
 

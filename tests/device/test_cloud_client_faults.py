@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 from pasu.device.cloud_client import (
     CloudClient,
     CloudOutcome,
