@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 from pasu.models.data import write_synthetic_corpus
 from pasu.models.tokenizer import TokenizerOptions
 from pasu.models.train import DataOptions, EvalOptions, ExperimentConfig, OptimOptions, TrainOptions, train
@@ -15,13 +16,7 @@ def tiny_experiment(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("tiny_experiment")
     corpus = write_synthetic_corpus(root / "corpus", n_train=6, n_dev=3)
     config = ExperimentConfig(
-        model={
-            "encoder": "late_context",
-            "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
-                                 attention_heads=2),
-            "decoder_conf": dict(linear_units=64, attention_heads=2),
-            "model_conf": dict(report_cer=False, report_wer=False),
-        },
+        model={**support.TINY_MODEL, "model_conf": dict(report_cer=False, report_wer=False)},
         tokenizer=TokenizerOptions(vocab_size=50),
         data=DataOptions(batch_seconds=6.0, stats_utterances=4),
         optim=OptimOptions(warmup_steps=1),

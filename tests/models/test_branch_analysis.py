@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 from pasu.cli import main
 from pasu.models.branch_analysis import (
     CARD_HEADING,
@@ -110,8 +111,7 @@ def test_only_learned_ave_branchformers():
     with pytest.raises(ValueError, match="learned_ave"):
         branch_weights(build_asr_model(tiny_config(merge_method="concat")), waves(1))
     late = build_asr_model({**tiny_config(), "encoder": "late_context",
-                            "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1,
-                                                 cgmlp_linear_units=64, attention_heads=2)})
+                            "encoder_conf": support.TINY_MODEL["encoder_conf"]})
     with pytest.raises(ValueError, match="no Branchformer blocks"):
         branch_weights(late, waves(1))
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 from pasu.models.build import build_asr_model
 from pasu.models.checkpoints import average_state_dicts
 from pasu.models.data import SpeechDataset, collate, load_split, sample_global_stats, write_synthetic_corpus
@@ -33,13 +34,7 @@ from pasu.models.train import (
 )
 
 CONFIGS = Path(__file__).parents[2] / "models" / "configs"
-TINY_MODEL = {
-    "encoder": "late_context",
-    "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
-                         attention_heads=2),
-    "decoder_conf": dict(linear_units=64, attention_heads=2),
-    "model_conf": dict(report_cer=False, report_wer=False),
-}
+TINY_MODEL = {**support.TINY_MODEL, "model_conf": dict(report_cer=False, report_wer=False)}
 
 
 def tiny_config(**train) -> ExperimentConfig:

@@ -7,19 +7,13 @@ import logging
 import pytest
 import torch
 
+import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 from pasu.models.build import build_asr_model
 from pasu.models.late_context_encoder import IncrementalEncoder
 from pasu.models.warm_start import warm_start
 
 TOKENS = ["<blank>", "<unk>", *(f"t{i}" for i in range(38)), "<sos/eos>"]
-TINY_MODEL = {
-    "encoder": "late_context",
-    "encoder_conf": dict(output_size=32, num_conv_blocks=1, num_attn_blocks=1, cgmlp_linear_units=64,
-                         attention_heads=2),
-    "decoder_conf": dict(linear_units=64, attention_heads=2),
-    "model_conf": dict(report_cer=False, report_wer=False),
-    "token_list": TOKENS,
-}
+TINY_MODEL = {**support.TINY_MODEL, "token_list": TOKENS}
 SEEDS = itertools.count()
 SPEECH, LENGTHS = torch.randn(2, 16000, generator=torch.Generator().manual_seed(0)), torch.tensor([16000, 12000])
 
