@@ -237,7 +237,8 @@ def model_card(config: Mapping[str, Any], model: ESPnetASRModel, results: Any = 
         "## Limitations",
         "",
         "Trained on synthetic (TTS) speech with added noise and reverberation: accuracy on real voices is lower.",
-        "English only, SLURP's label set; the tokenizer fixes the intents and slot types it can emit.",
+        "English only, SLURP's label set; the tokenizer fixes the intents and slot types it can emit (`pasu "
+        "train --init-from` this folder on a corpus with other labels adds them as new tokens).",
         "",
     ]
     return "\n".join(lines)

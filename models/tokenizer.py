@@ -90,6 +90,23 @@ class Tokenizer:
         )
         return cls(buf.getvalue())
 
+    def with_symbols(self, symbols: Sequence[str]) -> Tokenizer:
+        """This tokenizer with `symbols` (new intents, slot markup) appended as single tokens.
+
+        Every existing piece keeps its model id, so a trained model's rows still mean what they meant; only
+        <sos/eos>, always last, moves up by the number added (pasu.models.warm_start maps the rows by token).
+        """
+        from sentencepiece import sentencepiece_model_pb2
+
+        new = [s for s in dict.fromkeys(symbols) if s not in self._index]
+        if not new:
+            return self
+        model = sentencepiece_model_pb2.ModelProto.FromString(self.model_proto)
+        user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+        for symbol in new:
+            model.pieces.add(piece=symbol, score=0.0, type=user_defined)
+        return Tokenizer(model.SerializeToString())
+
     def save(self, path: str | os.PathLike) -> Path:
         """Write the sentencepiece .model file."""
         path = Path(path)

@@ -32,7 +32,6 @@ import logging
 import math
 import os
 import random
-import shutil
 import signal
 import threading
 import time
@@ -117,7 +116,8 @@ class TrainOptions:
     specaug: bool = True  # SpecAugment on the fbank features (model.specaug_conf, or the defaults above)
     device: str = "cpu"  # "cpu", "cuda" or "auto" (cuda when available)
     # a packaged model folder to start from (its tokenizer, frontend stats and weights; a fresh optimizer):
-    # how training goes on across machines that keep only the shipped float16 weights. Ignored on resume.
+    # how training goes on across machines that keep only the shipped float16 weights. Labels of the corpus the
+    # package lacks join its tokenizer as new tokens (their rows untrained). Ignored on resume.
     init_from: str | None = None
     # with init_from: keep THIS config's architecture and load only the package's tensors whose names and
     # shapes match (frontend stats, subsampling, decoder, CTC): warm-starts a baseline encoder from the device
@@ -395,16 +395,17 @@ def _prepare_experiment(
     there (nothing changed)."""
     tok_path, cfg_path = exp_dir / "tokenizer.model", exp_dir / "config.yaml"
     if init_from is not None and not (tok_path.exists() and cfg_path.exists()):
-        shutil.copyfile(init_from / "tokenizer.model", tok_path)
+        tokenizer = _package_tokenizer_for(init_from, train_utts)
+        tokenizer.save(tok_path)
         packaged = yaml.safe_load((init_from / "config.yaml").read_text())["model"]
         if config.train.init_partial:  # this config's architecture, the package's vocabulary
-            packaged = {"token_list": packaged["token_list"]}
+            packaged = {}
         # the package's architecture wins; the frontend stats come with its weights
         model_config = {**_model_section(config), **{k: v for k, v in packaged.items() if k not in (
             "specaug", "specaug_conf", "init")}}
-        model_config["stats"] = None
+        model_config.update(token_list=tokenizer.token_list, stats=None)
         _write_resolved(config, model_config, cfg_path)
-        return Tokenizer(tok_path), model_config, {}
+        return tokenizer, model_config, {}
     if tok_path.exists() and cfg_path.exists():
         stored = yaml.safe_load(cfg_path.read_text())
         model_config = stored["model"]
@@ -416,9 +417,7 @@ def _prepare_experiment(
         _write_resolved(config, model_config, cfg_path)
         return Tokenizer(tok_path), model_config, changed
 
-    symbols = target_symbols(
-        (u.intent for u in train_utts), (t for u in train_utts for t, _ in (u.slots or ()))
-    )
+    symbols = _label_symbols(train_utts)
     tokenizer = Tokenizer.train((u.text for u in train_utts), symbols, config.tokenizer)
     log.info("tokenizer: %d tokens (%d intent/markup symbols)", tokenizer.vocab_size, len(symbols))
     mean, std = sample_global_stats(train_utts, config.data.stats_utterances, config.train.seed)
@@ -430,6 +429,21 @@ def _prepare_experiment(
     tokenizer.save(tok_path)
     _write_resolved(config, model_config, cfg_path)
     return tokenizer, model_config, {}
+
+
+def _label_symbols(utterances: Sequence[Utterance]) -> list[str]:
+    """The single-token intents and slot markup the utterances' targets need."""
+    return target_symbols((u.intent for u in utterances), (t for u in utterances for t, _ in (u.slots or ())))
+
+
+def _package_tokenizer_for(package: Path, train_utts: Sequence[Utterance]) -> Tokenizer:
+    """The package's tokenizer, extended by the labels of `train_utts` it lacks (which it would read as <unk>)."""
+    tokenizer = Tokenizer(package / "tokenizer.model")
+    new = [s for s in _label_symbols(train_utts) if s not in tokenizer.symbols]
+    if new:
+        log.warning("warm start: the corpus has %d labels %s lacks, added as tokens: %s", len(new), package,
+                    ", ".join(new))
+    return tokenizer.with_symbols(new)
 
 
 def _write_resolved(config: ExperimentConfig, model_config: dict[str, Any], cfg_path: Path) -> None:
@@ -519,7 +533,9 @@ class _Loop:
         start_step = self.state.step
         (self.exp_dir / STOP_FILE).unlink(missing_ok=True)  # a stale request must not end this run
         self.stop_requested = False
-        with _stop_on_signals(self._request_stop), tqdm(total=total, initial=min(self.state.step, total or self.state.step), unit="step", dynamic_ncols=True) as bar:
+        initial = min(self.state.step, total or self.state.step)
+        with _stop_on_signals(self._request_stop), tqdm(total=total, initial=initial, unit="step",
+                                                        dynamic_ncols=True) as bar:
             self.bar = bar
             while not self._done():
                 self._run_epoch()

@@ -2,7 +2,8 @@
 
 The package's architecture as it is, or (`init_partial`) a grown one: the tensors whose names and shapes match are
 loaded, and new decoder layers or new top conv blocks can start as the identity, so the grown model answers exactly
-as the package did and training only adds to it.
+as the package did and training only adds to it. A model whose token list extends the package's (labels the package
+lacks, `Tokenizer.with_symbols`) gets the package's rows for the tokens they share.
 """
 
 from __future__ import annotations
@@ -11,15 +12,21 @@ import logging
 from pathlib import Path
 
 import torch
+import yaml
 
 log = logging.getLogger(__name__)
+
+# the tensors with one row per token: the decoder's embedding and output layer, the CTC's output layer
+VOCABULARY_TENSORS = ("decoder.embed.0.weight", "decoder.output_layer.weight", "decoder.output_layer.bias",
+                      "ctc.ctc_lo.weight", "ctc.ctc_lo.bias")
 
 
 def warm_start(model: torch.nn.Module, package: Path, partial: bool = False, grow_decoder: bool = False,
                grow_conv_blocks: bool = False) -> None:
     """Load `package`'s weights into `model`; `grow_decoder` / `grow_conv_blocks` make the decoder layers / top
     late-context conv blocks that got none of them pass their input through unchanged."""
-    loaded = _load_matching(model, _packaged_weights(package), partial)
+    weights = _rows_by_token(_packaged_weights(package), _packaged_tokens(package), model)
+    loaded = _load_matching(model, weights, partial)
     if grow_decoder:
         _new_decoder_layers_as_identity(model, loaded)
     if grow_conv_blocks:
@@ -93,3 +100,32 @@ def _packaged_weights(folder: Path) -> dict[str, torch.Tensor]:
     """A package's model.pt (float16 on disk) as float32."""
     state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
     return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+
+
+def _packaged_tokens(folder: Path) -> list[str]:
+    return list(yaml.safe_load((folder / "config.yaml").read_text())["model"]["token_list"])
+
+
+def _rows_by_token(weights: dict[str, torch.Tensor], tokens: list[str], model: torch.nn.Module
+                   ) -> dict[str, torch.Tensor]:
+    """`weights` with their vocabulary tensors laid out by the model's token list: a token the package has keeps
+    its row, a token it lacks keeps the model's own initialization."""
+    own_tokens = list(model.token_list)
+    if own_tokens == tokens:
+        return weights
+    where = {t: i for i, t in enumerate(tokens)}
+    shared = [(j, where[t]) for j, t in enumerate(own_tokens) if t in where]
+    if not shared:
+        raise ValueError("warm start: the model shares no token with the package")
+    own_rows, package_rows = (torch.tensor(rows) for rows in zip(*shared))
+    own = model.state_dict()
+    laid_out = dict(weights)
+    for name in VOCABULARY_TENSORS:
+        if name in weights and name in own:
+            rows = own[name].detach().clone()
+            rows[own_rows] = weights[name][package_rows].to(rows.dtype)
+            laid_out[name] = rows
+    new = [t for t in own_tokens if t not in where]
+    log.warning("warm start: %d tokens the package lacks start untrained: %s%s", len(new), ", ".join(new[:8]),
+                " ..." if len(new) > 8 else "")
+    return laid_out

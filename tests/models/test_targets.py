@@ -161,6 +161,22 @@ def test_save_and_load(tokenizer, tmp_path):
     assert loaded.encode(target) == tokenizer.encode(target)
 
 
+def test_new_labels_are_appended_as_single_tokens_and_every_other_id_stays(tokenizer, tmp_path):
+    """How a warm start learns intents and slot types its package lacks: the package's ids keep their meaning."""
+    extended = tokenizer.with_symbols(["music_likeness", "SLOT_artist", "alarm_set"])  # the last one it has
+    old, new = tokenizer.token_list, extended.token_list
+    assert new[:-1] == old[:-1] + ["music_likeness", "SLOT_artist"] and new[-1] == SOS_EOS
+    target = "music_likeness play SLOT_artist jazz SLOT_END"
+    ids = extended.encode(target)
+    assert tokenizer.unk_id not in ids and extended.decode(ids) == target
+    assert new[ids[0]] == "music_likeness" and "SLOT_artist" in [new[i] for i in ids]  # one token each
+    words = "alarm_set wake me up at SLOT_time five am SLOT_END"
+    assert extended.encode(words) == tokenizer.encode(words)
+    assert "music_likeness" in extended.intents
+    assert Tokenizer(extended.save(tmp_path / "tok.model")).token_list == new
+    assert tokenizer.with_symbols(["alarm_set"]) is tokenizer
+
+
 def test_bpe_tokenizer_also_works():
     tok = Tokenizer.train(TEXTS, SYMBOLS, TokenizerOptions(vocab_size=70, model_type="bpe"))
     target = "play_music play some jazz"

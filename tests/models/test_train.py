@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -16,7 +17,7 @@ import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 from pasu.models.build import build_asr_model
 from pasu.models.checkpoints import average_state_dicts
 from pasu.models.data import SpeechDataset, collate, load_split, sample_global_stats, write_synthetic_corpus
-from pasu.models.targets import target_symbols
+from pasu.models.targets import encode_target, target_symbols
 from pasu.models.tokenizer import Tokenizer, TokenizerOptions
 from pasu.models.train import (
     EvalOptions,
@@ -297,6 +298,31 @@ def test_init_from_a_package_continues_its_weights(corpus, tmp_path):
 
     train(tiny_config(max_steps=2, init_from=str(package)), corpus, warm)  # goes on training from there
     assert json.loads((warm / "summary.json").read_text())["steps"] == 2
+
+
+def test_a_warm_start_on_a_corpus_with_labels_the_package_lacks_adds_them(corpus, tmp_path, caplog):
+    """A corpus with an intent and a slot type the package never saw: they become tokens of their own, not <unk>,
+    and every token the package has keeps its trained rows."""
+    from pasu.models.package import load_packaged, package_model
+
+    train(tiny_config(max_steps=1), corpus, tmp_path / "first")
+    shipped, tokenizer, _ = load_packaged(package_model(tmp_path / "first", tmp_path / "pkg"))
+    mine = Path(shutil.copytree(corpus, tmp_path / "mine"))
+    rows = [json.loads(line) for line in (mine / "train.jsonl").read_text().splitlines()]
+    rows[0].update(intent="iot_thermostat", scenario="iot", action="thermostat",
+                   slots=[["room", rows[0]["text"].split()[0]]])
+    (mine / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    with caplog.at_level("WARNING", logger="pasu.models.train"):
+        train(tiny_config(max_steps=0, init_from=str(tmp_path / "pkg")), mine, tmp_path / "warm")
+    assert any("iot_thermostat, SLOT_room" in r.getMessage() for r in caplog.records)
+    model, extended, _ = load_packaged(package_model(tmp_path / "warm", tmp_path / "pkg2"))
+    assert extended.token_list == [*tokenizer.token_list[:-1], "iot_thermostat", "SLOT_room", "<sos/eos>"]
+    target = encode_target(rows[0]["text"], "iot_thermostat", rows[0]["slots"])
+    assert extended.unk_id not in extended.encode(target) and extended.decode(extended.encode(target)) == target
+    a, b = shipped.state_dict(), model.state_dict()
+    assert torch.equal(b["ctc.ctc_lo.weight"][:-3], a["ctc.ctc_lo.weight"][:-1])
+    assert all(torch.equal(a[k], b[k]) for k in a if a[k].shape == b[k].shape)
 
 
 def test_partial_init_warm_starts_another_encoder_from_a_package(corpus, tmp_path):

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 import torch
+import yaml
 
 import pasu_tests_cloud_support as support  # loaded by tests/conftest.py
 from pasu.models.build import build_asr_model
@@ -36,7 +37,12 @@ def package(tmp_path):
         p.data = p.data.half().float()
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()},
                tmp_path / "model.pt")
+    _write_token_list(tmp_path, TOKENS)
     return model, tmp_path
+
+
+def _write_token_list(folder, tokens) -> None:
+    (folder / "config.yaml").write_text(yaml.safe_dump({"model": {"token_list": tokens}}))
 
 
 def test_a_full_warm_start_loads_every_tensor(package):
@@ -70,8 +76,27 @@ def test_partial_warm_start_loads_what_matches_and_names_what_it_drops(package, 
 
 def test_a_partial_warm_start_that_matches_nothing_is_refused(tmp_path):
     torch.save({"something.else": torch.zeros(3)}, tmp_path / "model.pt")
+    _write_token_list(tmp_path, TOKENS)
     with pytest.raises(ValueError, match="no tensor"):
         warm_start(_model(), tmp_path, partial=True)
+
+
+def test_a_model_with_labels_the_package_lacks_keeps_its_rows_by_token(package, caplog):
+    """Two labels added before <sos/eos> (Tokenizer.with_symbols): every shared token, <sos/eos> included, gets
+    the package's row in the embedding, the decoder's output and the CTC; the new ones keep their own."""
+    shipped, folder = package
+    tokens = [*TOKENS[:-1], "thermostat_set", "SLOT_room", TOKENS[-1]]
+    model = _model(token_list=tokens)
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    with caplog.at_level(logging.WARNING, logger="pasu.models.warm_start"):
+        warm_start(model, folder)
+    assert any("thermostat_set, SLOT_room" in r.getMessage() for r in caplog.records)
+    a, b = shipped.state_dict(), model.state_dict()
+    for name in ("decoder.embed.0.weight", "decoder.output_layer.bias", "ctc.ctc_lo.weight"):
+        assert torch.equal(b[name][: len(TOKENS) - 1], a[name][:-1])
+        assert torch.equal(b[name][-1], a[name][-1])  # <sos/eos> moved to the end with its row
+        assert torch.equal(b[name][-3:-1], fresh[name][-3:-1])
+    assert all(torch.equal(a[k], b[k]) for k in a if a[k].shape == b[k].shape)
 
 
 def test_a_deeper_decoder_starts_from_the_package_answers(package):
