@@ -78,6 +78,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="comma-separated splits to write (default: train,dev,test)")
     slurp.set_defaults(run=_import_slurp)
 
+    labels = csub.add_parser(
+        "import-labels", help="a corpus folder over your own recordings and a JSONL label file (no audio copied)",
+        description="Write <split>.jsonl manifests (rows as `pasu corpus build` writes them, absolute audio\n"
+                    "paths) for the recordings of a label file, one JSON object per line:\n"
+                    '  {"audio": "wav/0001.wav", "text": "Wake me up at five AM", "intent": "alarm_set",\n'
+                    '   "slots": [["time", "five AM"]], "split": "train", "speaker": "spk03"}\n'
+                    "audio relative to the label file or absolute; slots optional (absent: not annotated);\n"
+                    "split one of train, dev, test, test_unseen; speaker and id optional. Text and slot values\n"
+                    "are normalized as in every PASU corpus. Missing or unreadable audio is counted and left\n"
+                    "out; a malformed line stops the import with its line number, before anything is written.",
+        epilog="Examples:\n  pasu corpus import-labels data/mine/labels.jsonl --out data/corpus-mine\n"
+               "  pasu train --config models/configs/device_late_context.yaml --corpus data/corpus-mine "
+               "--out exp/mine \\\n      --init-from models/shipped/device "
+               "--package models/mine",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    labels.add_argument("labels", type=Path, help="the JSONL label file")
+    labels.add_argument("--out", type=Path, required=True, help="corpus folder to write (manifests and import.json)")
+    labels.set_defaults(run=_import_labels)
+
     swap = csub.add_parser(
         "swap-slots", help="new training sentences: the labelled ones with their slot values swapped",
         description="Write COUNT new training sentences, each a labelled training sentence whose slot values are\n"
@@ -190,6 +209,19 @@ def _import_slurp(args: argparse.Namespace) -> int:
         summary = import_slurp(opts)
     except CorpusDataError as e:
         print(f"pasu corpus import-slurp: {e}", file=sys.stderr)
+        return 2
+    print(to_text(summary))
+    return 0
+
+
+def _import_labels(args: argparse.Namespace) -> int:
+    from pasu.corpus.labels_import import LabelsImportOptions, import_labels, to_text
+    from pasu.corpus.text import CorpusDataError
+
+    try:
+        summary = import_labels(LabelsImportOptions(labels=args.labels, out_dir=args.out))
+    except CorpusDataError as e:
+        print(f"pasu corpus import-labels: {e}", file=sys.stderr)
         return 2
     print(to_text(summary))
     return 0

@@ -45,8 +45,10 @@ from pasu.slu import Slot, parse_annotation
 HEARD_SOURCE = "heard"  # a recognizer's transcript of a training utterance, with its gold labels (models/heard.py)
 # an unlabelled SLURP training sentence with the intent a text classifier gave it (models/pseudo_label.py)
 PSEUDO_SOURCE = "slurp_train_pseudo"
+USER_SOURCE = "user"  # a user's labelled recording (`pasu corpus import-labels`)
 SWAP_SOURCE = "slot_swap"  # a training sentence with its slot values swapped for others (models/slot_swap.py)
-SOURCES = ("slurp_devel", "slurp_test", "slurp_train", "hwu64", HEARD_SOURCE, PSEUDO_SOURCE, SWAP_SOURCE)
+SOURCES = ("slurp_devel", "slurp_test", "slurp_train", "hwu64", HEARD_SOURCE, PSEUDO_SOURCE, SWAP_SOURCE,
+           USER_SOURCE)
 
 # Each input file, relative to the data folder, and where its public original lives.
 DEVEL = "slurp/devel.jsonl"
