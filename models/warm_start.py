@@ -126,7 +126,7 @@ def _rows_by_token(weights: dict[str, torch.Tensor], tokens: list[str], model: t
             rows[own_rows] = weights[name][package_rows].to(rows.dtype)
             laid_out[name] = rows
     new = [t for t in own_tokens if t not in where]
-    if new:
-        log.warning("warm start: %d tokens the package lacks start untrained: %s%s", len(new),
-                    ", ".join(new[:8]), " ..." if len(new) > 8 else "")
+    if new:  # info: `pasu train` has already warned about the labels it added
+        log.info("warm start: %d tokens the package lacks start untrained: %s%s", len(new),
+                 ", ".join(new[:8]), " ..." if len(new) > 8 else "")
     return laid_out

@@ -88,7 +88,7 @@ def test_a_model_with_labels_the_package_lacks_keeps_its_rows_by_token(package, 
     tokens = [*TOKENS[:-1], "thermostat_set", "SLOT_room", TOKENS[-1]]
     model = _model(token_list=tokens)
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
-    with caplog.at_level(logging.WARNING, logger="pasu.models.warm_start"):
+    with caplog.at_level(logging.INFO, logger="pasu.models.warm_start"):
         warm_start(model, folder)
     assert any("thermostat_set, SLOT_room" in r.getMessage() for r in caplog.records)
     a, b = shipped.state_dict(), model.state_dict()
