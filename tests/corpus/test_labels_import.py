@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -11,7 +10,6 @@ import pytest
 import soundfile as sf
 
 from pasu.corpus.build import read_manifest
-from pasu.corpus.cli import register
 from pasu.models.data import load_split, read_audio
 from pasu.slu import Slot
 
@@ -50,18 +48,9 @@ def _write_labels(root: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _import(capsys, *args: str) -> tuple[int, str]:
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command", required=True))
-    parsed = parser.parse_args(["corpus", "import-labels", *args])
-    rc = parsed.run(parsed)
-    captured = capsys.readouterr()
-    return rc, captured.out + captured.err
-
-
-def test_import_writes_manifests_that_training_reads(labelled, tmp_path, capsys):
+def test_import_writes_manifests_that_training_reads(labelled, tmp_path, pasu_corpus):
     out = tmp_path / "corpus"
-    rc, printed = _import(capsys, str(labelled / "labels.jsonl"), "--out", str(out))
+    rc, printed = pasu_corpus("import-labels", str(labelled / "labels.jsonl"), "--out", str(out))
     assert rc == 0
     train = read_manifest(out / "train.jsonl")
     assert [r["id"] for r in train] == ["wav-spk1-0001", "wav-spk2-0001", "wav-spk1-0002"]
@@ -93,24 +82,24 @@ def test_import_writes_manifests_that_training_reads(labelled, tmp_path, capsys)
     ({"audio": "a.wav", "text": "?!", "intent": "alarm_set", "split": "train"}, "no words"),
     ({"audio": "a.wav", "text": "hi", "intent": "alarm_set", "split": "train", "slots": [["time"]]}, "pairs"),
 ])
-def test_a_malformed_line_stops_the_import_by_its_number_and_writes_nothing(labelled, tmp_path, capsys, row,
+def test_a_malformed_line_stops_the_import_by_its_number_and_writes_nothing(labelled, tmp_path, pasu_corpus, row,
                                                                              problem):
     labels = _write_labels(labelled, [LABELS[0], row])
     out = tmp_path / "corpus"
-    rc, printed = _import(capsys, str(labels), "--out", str(out))
+    rc, printed = pasu_corpus("import-labels", str(labels), "--out", str(out))
     assert rc == 2 and "labels.jsonl:2: " in printed and problem in printed
     assert not out.exists()
 
 
-def test_not_json_and_no_audio_at_all_are_errors(labelled, tmp_path, capsys):
+def test_not_json_and_no_audio_at_all_are_errors(labelled, tmp_path, pasu_corpus):
     (labelled / "bad.jsonl").write_text(json.dumps(LABELS[0]) + "\n{oops\n")
-    rc, printed = _import(capsys, str(labelled / "bad.jsonl"), "--out", str(tmp_path / "a"))
+    rc, printed = pasu_corpus("import-labels", str(labelled / "bad.jsonl"), "--out", str(tmp_path / "a"))
     assert rc == 2 and "bad.jsonl:2: not JSON" in printed
-    rc, printed = _import(capsys, str(_write_labels(labelled, [LABELS[4]])), "--out", str(tmp_path / "b"))
+    rc, printed = pasu_corpus("import-labels", str(_write_labels(labelled, [LABELS[4]])), "--out", str(tmp_path / "b"))
     assert rc == 2 and "no recording could be imported" in printed
 
 
-def test_two_recordings_with_one_id_are_refused(labelled, tmp_path, capsys):
+def test_two_recordings_with_one_id_are_refused(labelled, tmp_path, pasu_corpus):
     rows = [{**LABELS[0], "id": "same"}, {**LABELS[1], "id": "same"}]
-    rc, printed = _import(capsys, str(_write_labels(labelled, rows)), "--out", str(tmp_path / "corpus"))
+    rc, printed = pasu_corpus("import-labels", str(_write_labels(labelled, rows)), "--out", str(tmp_path / "corpus"))
     assert rc == 2 and "same" in printed and "id" in printed

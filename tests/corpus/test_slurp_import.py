@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -11,7 +10,6 @@ import pytest
 import soundfile as sf
 
 from pasu.corpus.build import read_manifest
-from pasu.corpus.cli import register
 from pasu.models.data import load_split
 from pasu.slu import Slot
 
@@ -76,18 +74,9 @@ def slurp(tmp_path: Path) -> Path:
     return root
 
 
-def _import(capsys, *args: str) -> tuple[int, str]:
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command", required=True))
-    parsed = parser.parse_args(["corpus", "import-slurp", *args])
-    rc = parsed.run(parsed)
-    captured = capsys.readouterr()
-    return rc, captured.out + captured.err
-
-
-def test_import_writes_manifests_that_training_reads(slurp, tmp_path, capsys):
+def test_import_writes_manifests_that_training_reads(slurp, tmp_path, pasu_corpus):
     out = tmp_path / "corpus"
-    rc, printed = _import(capsys, "--slurp-dir", str(slurp), "--out", str(out))
+    rc, printed = pasu_corpus("import-slurp", "--slurp-dir", str(slurp), "--out", str(out))
     assert rc == 0, printed
 
     train, dev, test = (load_split(out, split) for split in ("train", "dev", "test"))
@@ -108,9 +97,9 @@ def test_import_writes_manifests_that_training_reads(slurp, tmp_path, capsys):
     assert Path(rows[0]["audio"]).is_absolute()  # the audio stays where SLURP put it
 
 
-def test_missing_audio_is_reported_not_fatal(slurp, tmp_path, capsys):
+def test_missing_audio_is_reported_not_fatal(slurp, tmp_path, pasu_corpus):
     out = tmp_path / "corpus"
-    rc, printed = _import(capsys, "--slurp-dir", str(slurp), "--out", str(out))
+    rc, printed = pasu_corpus("import-slurp", "--slurp-dir", str(slurp), "--out", str(out))
     assert rc == 0
     assert f"train: 1 audio files missing, e.g. {slurp.resolve() / 'audio' / 'slurp_real' / MISSING}" in printed
     summary = json.loads((out / "import.json").read_text())["splits"]
@@ -118,18 +107,18 @@ def test_missing_audio_is_reported_not_fatal(slurp, tmp_path, capsys):
     assert summary["dev"]["missing"] == 0 and summary["dev"]["utterances"] == 2
 
 
-def test_best_recording_is_the_lowest_wer_one(slurp, tmp_path, capsys):
+def test_best_recording_is_the_lowest_wer_one(slurp, tmp_path, pasu_corpus):
     out = tmp_path / "corpus"
-    rc, printed = _import(capsys, "--slurp-dir", str(slurp), "--out", str(out), "--recordings", "best")
+    rc, printed = pasu_corpus("import-slurp", "--slurp-dir", str(slurp), "--out", str(out), "--recordings", "best")
     assert rc == 0, printed
     assert [u.id for u in load_split(out, "train")] == ["slurp-train-audio-1490000001-headset"]
     assert [u.id for u in load_split(out, "test")] == ["slurp-test-audio-1500000003-headset"]
     assert len(load_split(out, "dev")) == 1  # a tie: the first listed
 
 
-def test_synthetic_training_audio_on_request(slurp, tmp_path, capsys):
+def test_synthetic_training_audio_on_request(slurp, tmp_path, pasu_corpus):
     out = tmp_path / "corpus"
-    rc, printed = _import(capsys, "--slurp-dir", str(slurp), "--out", str(out), "--synthetic", "--splits", "train")
+    rc, printed = pasu_corpus("import-slurp", "--slurp-dir", str(slurp), "--out", str(out), "--synthetic", "--splits", "train")
     assert rc == 0, printed
     rows = read_manifest(out / "train.jsonl")
     assert rows[-1]["id"] == "slurp-train_synthetic-audio--1504190166"
@@ -137,8 +126,8 @@ def test_synthetic_training_audio_on_request(slurp, tmp_path, capsys):
     assert not (out / "dev.jsonl").exists()
 
 
-def test_no_audio_at_all_is_an_error(slurp, tmp_path, capsys):
-    rc, printed = _import(capsys, "--slurp-dir", str(slurp), "--out", str(tmp_path / "corpus"),
+def test_no_audio_at_all_is_an_error(slurp, tmp_path, pasu_corpus):
+    rc, printed = pasu_corpus("import-slurp", "--slurp-dir", str(slurp), "--out", str(tmp_path / "corpus"),
                           "--audio-dir", str(tmp_path / "nowhere"))
     assert rc == 2 and "no usable audio found" in printed
     assert not (tmp_path / "corpus").exists()
