@@ -82,8 +82,8 @@ def test_import_writes_manifests_that_training_reads(labelled, tmp_path, pasu_co
     ({"audio": "a.wav", "text": "?!", "intent": "alarm_set", "split": "train"}, "no words"),
     ({"audio": "a.wav", "text": "hi", "intent": "alarm_set", "split": "train", "slots": [["time"]]}, "pairs"),
 ])
-def test_a_malformed_line_stops_the_import_by_its_number_and_writes_nothing(labelled, tmp_path, pasu_corpus, row,
-                                                                             problem):
+def test_a_malformed_line_stops_the_import_by_its_number_and_writes_nothing(labelled, tmp_path, pasu_corpus,
+                                                                             row, problem):
     labels = _write_labels(labelled, [LABELS[0], row])
     out = tmp_path / "corpus"
     rc, printed = pasu_corpus("import-labels", str(labels), "--out", str(out))
