@@ -12,7 +12,8 @@ robin over replicas, retries on UNAVAILABLE within the deadline.
     curl -s --data-binary @command.wav http://127.0.0.1:8080/v1/understand?utterance_id=u1
 
 Routes: POST /v1/understand (200 and the answer; an error status and {"error": {"status", "message"}}),
-GET /healthz (the gateway runs), GET /readyz (the cloud answers its gRPC health check: 200, else 503).
+GET /healthz (the gateway runs), GET /readyz (the cloud answers its gRPC health check: 200, else 503),
+GET /openapi.json (their OpenAPI 3.1 description, cloud/openapi.py: generate a client from it).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
+from pasu import __version__
 from pasu.cloud.auth import bearer_token
+from pasu.cloud.openapi import OPENAPI_PATH, openapi_document
 from pasu.device.audio import AudioError, check_length, decode_audio
 from pasu.device.cloud_client import CloudClient, CloudResult, FallbackReason
 
@@ -192,6 +195,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(Reply(HTTPStatus.OK, {"status": "ok"}))
         if path == "/readyz":
             return self._send(gateway.ready())
+        if path == OPENAPI_PATH:
+            return self._send(Reply(HTTPStatus.OK, openapi_document(UNDERSTAND_PATH, __version__)))
         if path == UNDERSTAND_PATH:
             return self._send(Reply.error(HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed",
                                           f"POST the audio file to {UNDERSTAND_PATH}"), {"Allow": "POST"})

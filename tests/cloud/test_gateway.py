@@ -17,6 +17,7 @@ import requests
 import soundfile as sf
 
 from pasu.cloud.gateway import UNDERSTAND_PATH, Gateway, GatewayOptions
+from pasu.cloud.openapi import OPENAPI_PATH
 from pasu.corpus import tts
 from pasu.device.cloud_client import CloudClient, RetryPolicy
 
@@ -158,6 +159,32 @@ def test_readiness_follows_the_cloud_and_a_stopped_cloud_is_503(support, start_s
     reply = post(gateway, wav(support.waveform(0.5)))
     assert reply.status_code in (503, 504)  # refused, or the deadline passed while reconnecting
     assert reply.json()["error"]["status"] in ("unavailable", "deadline")
+
+
+def test_the_openapi_document_is_valid_and_describes_the_replies(support, start_server, gateway_for):
+    """Callers generate clients from /openapi.json: it must be valid OpenAPI 3.1, and the gateway's real replies,
+    answers and errors alike, must match the schemas it gives for their route and status."""
+    from jsonschema import Draft202012Validator
+    from openapi_spec_validator import validate
+
+    server = start_server()
+    gateway = gateway_for(server, deadline_s=2.0)
+    document = requests.get(gateway.url + OPENAPI_PATH, timeout=10).json()
+    validate(document)
+
+    def check(method: str, path: str, reply: requests.Response) -> None:
+        described = document["paths"][path][method]["responses"][str(reply.status_code)]
+        schema = {"$ref": described["content"]["application/json"]["schema"]["$ref"],
+                  "components": document["components"]}
+        Draft202012Validator(schema).validate(reply.json())
+
+    check("post", UNDERSTAND_PATH, post(gateway, wav(support.waveform(1.0)), params={"utterance_id": "u-1"}))
+    check("post", UNDERSTAND_PATH, post(gateway, b"not audio"))
+    check("get", "/healthz", requests.get(gateway.url + "/healthz", timeout=10))
+    check("get", "/readyz", requests.get(gateway.url + "/readyz", timeout=10))
+    server.stop()
+    check("get", "/readyz", requests.get(gateway.url + "/readyz", timeout=10))
+    check("post", UNDERSTAND_PATH, post(gateway, wav(support.waveform(0.5))))
 
 
 def test_unknown_routes_and_methods(support, start_server, gateway_for):
