@@ -84,13 +84,14 @@ def replay_options(model: DeviceModel, args: argparse.Namespace) -> AgentOptions
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
-        "run", help="understand one audio file (or the microphone) and print the result",
+        "run", help="understand audio files (or the microphone) and print the results",
         description="Feed audio to the device agent and print the transcript, intent, slots and route.\n\n"
                     "Settings come from --config, then from the flags given. The default config,\n"
                     f"  {DEFAULT_CONFIG}\n"
                     "lists every field at its default with its comment: copy it, keep what you change.",
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
+               "  pasu device run --audio recordings/*.wav --json > answers.jsonl   # one model load, a line each\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
@@ -101,7 +102,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                "  pasu device run --mic            # needs the 'mic' extra (sounddevice)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     source = run.add_mutually_exclusive_group(required=True)
-    source.add_argument("--audio", type=Path, help="audio file (WAV, FLAC, OGG, ...; any rate, mono or stereo)")
+    source.add_argument("--audio", type=Path, nargs="+",
+                        help="audio file(s) (WAV, FLAC, OGG, ...; any rate, mono or stereo), answered in turn by "
+                             "one agent; with --json one line each (JSONL)")
     source.add_argument("--mic", action="store_true", help="live microphone; prints pilot hypotheses as they come")
     run.add_argument("--model", type=Path, default=shipped_model("device"),
                      help="device model: a packaged folder, or an ordinary ESPnet checkpoint "
@@ -196,10 +199,13 @@ def _tls(args: argparse.Namespace, base: ClientTls | None) -> ClientTls | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pasu.device.agent import play_realtime, replay
     from pasu.device.assemble import open_agent
-    from pasu.device.audio import AudioError, load_audio
+    from pasu.device.audio import AudioError
 
+    several = args.audio is not None and len(args.audio) > 1
+    if several and (args.timeline or args.plot):
+        print("error: --timeline and --plot draw one utterance: give one --audio file", file=sys.stderr)
+        return 2
     try:
         # no model, offramps the policy needs and the model lacks, a threshold neither set nor calibrated, an LM
         # that does not fit: each says what to do
@@ -207,24 +213,29 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    failed = 0
     with agent:
-        try:
-            if args.mic:
-                result = _from_microphone(agent, args)
-            else:
-                audio = load_audio(args.audio)
-                if args.vad:
-                    audio = _until_end_of_speech(audio, agent.options.pilot.at_pause)
-                if args.realtime:
-                    result = play_realtime(agent, audio, str(args.audio))
-                else:
-                    result = replay(agent.model, audio, agent.options, agent.policy, agent.cloud,
-                                    utterance_id=str(args.audio))
-        except AudioError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-    _report(result, args)
-    return 0
+        for audio_file in args.audio or [None]:
+            try:
+                result = _from_microphone(agent, args) if args.mic else _answer_file(agent, audio_file, args)
+            except AudioError as error:  # one bad file among many costs only its own answer
+                print(f"error: {audio_file}: {error}" if several else f"error: {error}", file=sys.stderr)
+                failed += 1
+                continue
+            _report(result, args, audio_file if several else None)
+    return 2 if failed else 0
+
+
+def _answer_file(agent, audio_file: Path, args: argparse.Namespace):
+    from pasu.device.agent import play_realtime, replay
+    from pasu.device.audio import load_audio
+
+    audio = load_audio(audio_file)
+    if args.vad:
+        audio = _until_end_of_speech(audio, agent.options.pilot.at_pause)
+    if args.realtime:
+        return play_realtime(agent, audio, str(audio_file))
+    return replay(agent.model, audio, agent.options, agent.policy, agent.cloud, utterance_id=str(audio_file))
 
 
 def _until_end_of_speech(audio, speech_only: bool = False):
@@ -273,7 +284,8 @@ def _from_microphone(agent, args: argparse.Namespace):
             paused = endpointer.silence_s >= pause_seconds
 
 
-def _report(result, args: argparse.Namespace) -> None:
+def _report(result, args: argparse.Namespace, audio_file: Path | None = None) -> None:
+    """Print one answer; `audio_file` (one of several): a JSON line naming it, or the text under its name."""
     from pasu.device.timeline import plot_timeline
 
     if args.timeline:
@@ -287,13 +299,18 @@ def _report(result, args: argparse.Namespace) -> None:
                   "latency_ms": 1000 * result.latency, "audio_seconds": result.audio_seconds,
                   "pilots": result.pilots, "pilot_text": result.pilot_text,
                   "timings_ms": {k: 1000 * v for k, v in result.timings.items()}}
-        print(json.dumps(fields, indent=1))
+        if audio_file is None:
+            print(json.dumps(fields, indent=1))
+        else:
+            print(json.dumps({"audio": str(audio_file), **fields}), flush=True)
         return
     slots = ", ".join(f"{s[0]}={s[1]}" for s in result.slots) or "-"
+    print(f"== {audio_file}\n" if audio_file is not None else "", end="")
     print(f"transcript : {result.text}\nintent     : {result.intent}\nslots      : {slots}\n"
           f"confidence : {result.confidence:.2f}\nroute      : {result.route} ({result.reason})\n"
           f"latency    : {1000 * result.latency:.0f} ms after end of speech "
-          f"({result.audio_seconds:.2f} s of audio, {result.pilots} pilots; last pilot: {result.pilot_text!r})")
+          f"({result.audio_seconds:.2f} s of audio, {result.pilots} pilots; last pilot: {result.pilot_text!r})",
+          flush=True)
 
 
 def _timeline(args: argparse.Namespace) -> int:

@@ -95,6 +95,34 @@ def test_run_follows_the_config_and_the_flags(parser, tmp_path, capsys, cloud_su
     assert result["route"] == "local" and result["pilots"] > 0
 
 
+def test_several_files_are_answered_in_turn_as_json_lines_and_a_bad_one_costs_only_its_own(
+        parser, tmp_path, capsys, cloud_support, speech_like):
+    import json
+
+    import soundfile
+
+    model = cloud_support.write_model_folder(tmp_path / "model")
+    for name, seconds in (("a.wav", 2.0), ("c.flac", 3.0)):
+        soundfile.write(tmp_path / name, speech_like(seconds), 16000)
+    (tmp_path / "b.wav").write_text("not audio")
+    files = [str(tmp_path / n) for n in ("a.wav", "b.wav", "c.flac")]
+    args = parser.parse_args(["device", "run", "--audio", *files, "--model", str(model), "--json"])
+    assert args.run(args) == 2  # one file could not be read: said, and the exit status says so
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    assert [line["audio"] for line in lines] == [files[0], files[2]]
+    assert [round(line["audio_seconds"]) for line in lines] == [2, 3] and all(line["text"] is not None
+                                                                              for line in lines)
+    assert f"error: {files[1]}:" in captured.err
+
+    args = parser.parse_args(["device", "run", "--audio", files[0], files[2], "--model", str(model)])
+    assert args.run(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("transcript :") == 2 and f"== {files[2]}" in out
+    args = parser.parse_args(["device", "run", "--audio", *files, "--model", str(model), "--plot", "t.png"])
+    assert args.run(args) == 2 and "one --audio file" in capsys.readouterr().err
+
+
 def test_run_pilots_an_ordinary_espnet_checkpoint(parser, tmp_path, capsys, cloud_support, speech_like):
     """A user's ESPnet training output, named by its .pth (an untrained Conformer: no streaming encoder, so each
     pilot re-encodes the audio so far)."""
