@@ -142,7 +142,7 @@ def _probe(path: Path) -> tuple[Any, str | None]:
 def _row(label: dict, sentence: Sentence, audio: Path, duration: float) -> dict:
     """A manifest row with the fields `pasu corpus build` writes (no TTS or augmentation fields)."""
     return {
-        "id": sentence.id.replace("/", "-"),
+        "id": sentence.id.strip("/").replace("/", "-"),  # wav/spk1/0001.wav -> wav-spk1-0001
         "audio": str(audio),  # absolute: load_split joins it to the corpus folder, which keeps it as it is
         "duration": round(duration, 3),
         "engine": "real",
