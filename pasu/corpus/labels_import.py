@@ -24,7 +24,7 @@ from typing import Any
 import soundfile as sf
 
 from pasu.corpus.build import SAMPLE_RATE, write_manifest
-from pasu.corpus.slurp_import import EXAMPLES, SplitStats
+from pasu.corpus.slurp_import import EXAMPLES, ImportStats
 from pasu.corpus.text import USER_SOURCE, CorpusDataError, Sentence, normalize_text, sentence_fields
 from pasu.slu import Slot
 
@@ -44,14 +44,14 @@ def import_labels(opts: LabelsImportOptions) -> dict:
     if (opts.out_dir / "build.json").exists():
         raise CorpusDataError(f"{opts.out_dir} holds a `pasu corpus build` corpus: import into another folder")
     manifests: dict[str, list[dict]] = {}
-    stats: dict[str, SplitStats] = {}
+    stats: dict[str, ImportStats] = {}
     other_rates: dict[int, int] = {}
     slots_not_in_text: list[str] = []
     seen: set[Path] = set()
     for lineno, row in _label_rows(opts.labels):
         where = f"{opts.labels}:{lineno}"
         split, sentence, audio = _labelled_recording(row, opts.labels.parent, where)
-        split_stats = stats.setdefault(split, SplitStats())
+        split_stats = stats.setdefault(split, ImportStats())
         if audio in seen:
             split_stats.skip("listed twice")
             continue

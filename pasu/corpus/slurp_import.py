@@ -45,11 +45,12 @@ class ImportOptions:
 
 
 @dataclass
-class SplitStats:
+class ImportStats:
+    """What an import of one split brought in and left out (also `pasu corpus import-labels`'s)."""
+
     utterances: int = 0
     seconds: float = 0.0
-    sentences: int = 0  # SLURP rows with at least one imported recording
-    sentences_without_audio: int = 0
+    sentences: int = 0  # distinct labelled sentences with at least one imported recording
     missing: int = 0  # recording files listed but not found
     missing_examples: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count, besides missing files
@@ -61,6 +62,11 @@ class SplitStats:
         self.missing += 1
         if len(self.missing_examples) < EXAMPLES:
             self.missing_examples.append(str(path))
+
+
+@dataclass
+class SplitStats(ImportStats):
+    sentences_without_audio: int = 0  # SLURP rows none of whose recordings could be imported
 
 
 def import_slurp(opts: ImportOptions) -> dict:
