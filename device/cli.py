@@ -91,7 +91,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                     "lists every field at its default with its comment: copy it, keep what you change.",
         epilog="Examples:\n"
                "  pasu device run --audio sample.wav\n"
-               "  pasu device run --audio recordings/*.wav --json > answers.jsonl   # one model load, a line each\n"
+               "  pasu device run --audio a.wav b.wav c.flac --json   # one model load, a JSON line each\n"
                "  pasu device run --audio sample.flac --realtime --timeline t.json --plot t.png\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051\n"
                "  pasu device run --audio sample.wav --cloud 127.0.0.1:50051 --policy ppl --threshold 3.0\n"
