@@ -16,16 +16,15 @@ a line that is not a labelled recording stops the import with its line number, b
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import soundfile as sf
 
 from pasu.corpus.build import SAMPLE_RATE, write_manifest
-from pasu.corpus.slurp_import import EXAMPLES, ImportStats
+from pasu.corpus.slurp_import import EXAMPLES, ImportStats, probe_audio
 from pasu.corpus.text import USER_SOURCE, CorpusDataError, Sentence, normalize_text, sentence_fields
+from pasu.models.targets import locate_slots
 from pasu.slu import Slot
 
 SPLITS = ("train", "dev", "test", "test_unseen")
@@ -56,7 +55,7 @@ def import_labels(opts: LabelsImportOptions) -> dict:
             split_stats.skip("listed twice")
             continue
         seen.add(audio)
-        info, why_not = _probe(audio)
+        info, why_not = probe_audio(audio)
         if why_not == "missing":
             split_stats.add_missing(audio)
             continue
@@ -65,8 +64,7 @@ def import_labels(opts: LabelsImportOptions) -> dict:
             continue
         if info.samplerate != SAMPLE_RATE:
             other_rates[info.samplerate] = other_rates.get(info.samplerate, 0) + 1
-        words = f" {sentence.text} "
-        slots_not_in_text += [f"{where} ({v!r})" for _, v in sentence.slots or () if f" {v} " not in words]
+        slots_not_in_text += [f"{where} ({slot.value!r})" for slot in _unmarked_slots(sentence)]
         manifests.setdefault(split, []).append(_row(row, sentence, audio, info.duration))
         split_stats.utterances += 1
         split_stats.seconds += info.duration
@@ -129,16 +127,6 @@ def _labelled_recording(row: dict, base: Path, where: str) -> tuple[str, Sentenc
     return row["split"], sentence, (audio if audio.is_absolute() else base / audio).resolve()
 
 
-def _probe(path: Path) -> tuple[Any, str | None]:
-    """The file header (soundfile's info: rate, duration), or None and why the file cannot be used."""
-    if not path.is_file():
-        return None, "missing"
-    try:
-        return sf.info(str(path)), None
-    except RuntimeError:  # soundfile's LibsndfileError: not an audio file it can read
-        return None, "unreadable audio"
-
-
 def _row(label: dict, sentence: Sentence, audio: Path, duration: float) -> dict:
     """A manifest row with the fields `pasu corpus build` writes (no TTS or augmentation fields)."""
     return {
@@ -151,9 +139,14 @@ def _row(label: dict, sentence: Sentence, audio: Path, duration: float) -> dict:
     }
 
 
+def _unmarked_slots(sentence: Sentence) -> list[Slot]:
+    """The slots whose values training cannot find in the words (`locate_slots`, as `encode_target` looks)."""
+    found = {slot for _, _, slot in locate_slots(sentence.text.split(), sentence.slots or ())}
+    return [slot for slot in sentence.slots or () if slot not in found]
+
+
 def _check_unique_ids(rows: list[dict], split: str) -> None:
-    ids = [r["id"] for r in rows]
-    twice = sorted({i for i in ids if ids.count(i) > 1})
+    twice = sorted(i for i, n in Counter(r["id"] for r in rows).items() if n > 1)
     if twice:
         raise CorpusDataError(f"{split}: ids {', '.join(twice[:5])} name more than one recording: give each "
                               "row an `id` of its own")

@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Iterator, Literal
 
 import soundfile as sf
 
@@ -205,14 +205,21 @@ def _wer(recording: dict) -> float:
     return math.inf if wer is None else float(wer)
 
 
+def probe_audio(path: Path) -> tuple[Any, str | None]:
+    """The file header (soundfile's info: rate, duration), or None and why the file cannot be used."""
+    if not path.is_file():
+        return None, "missing"
+    try:
+        return sf.info(str(path)), None
+    except RuntimeError:  # soundfile's LibsndfileError: not an audio file it can read
+        return None, "unreadable audio"
+
+
 def _probe(path: Path) -> tuple[float, str | None]:
     """Duration in seconds from the file header, or why the file cannot be used."""
-    if not path.is_file():
-        return 0.0, "missing"
-    try:
-        info = sf.info(str(path))
-    except RuntimeError:  # soundfile's LibsndfileError: not an audio file it can read
-        return 0.0, "unreadable audio"
+    info, problem = probe_audio(path)
+    if info is None:
+        return 0.0, problem
     if info.samplerate != SAMPLE_RATE:
         return 0.0, f"not {SAMPLE_RATE // 1000} kHz"  # training and the agent read 16 kHz only
     return info.duration, None
