@@ -439,11 +439,12 @@ def _label_symbols(utterances: Sequence[Utterance]) -> list[str]:
 def _package_tokenizer_for(package: Path, train_utts: Sequence[Utterance]) -> Tokenizer:
     """The package's tokenizer, extended by the labels of `train_utts` it lacks (which it would read as <unk>)."""
     tokenizer = Tokenizer(package / "tokenizer.model")
-    new = [s for s in _label_symbols(train_utts) if s not in tokenizer.symbols]
-    if new:
-        log.warning("warm start: the corpus has %d labels %s lacks, added as tokens: %s", len(new), package,
-                    ", ".join(new))
-    return tokenizer.with_symbols(new)
+    extended = tokenizer.with_symbols(_label_symbols(train_utts))
+    added = extended.token_list[tokenizer.vocab_size - 1 : -1]  # appended before <sos/eos>
+    if added:
+        log.warning("warm start: the corpus has %d labels %s lacks, added as tokens: %s", len(added), package,
+                    ", ".join(added))
+    return extended
 
 
 def _write_resolved(config: ExperimentConfig, model_config: dict[str, Any], cfg_path: Path) -> None:
