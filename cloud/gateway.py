@@ -83,6 +83,7 @@ class Gateway:
         self.client = client
         self.options = options
         self._slots = threading.BoundedSemaphore(options.max_in_flight)
+        self.openapi = openapi_document(UNDERSTAND_PATH, __version__)  # GET /openapi.json's body, built once
         self._http = ThreadingHTTPServer((options.host, options.port), _Handler)
         self._http.daemon_threads = True
         self._http.gateway = self  # type: ignore[attr-defined]  # the handler's way back
@@ -196,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/readyz":
             return self._send(gateway.ready())
         if path == OPENAPI_PATH:
-            return self._send(Reply(HTTPStatus.OK, openapi_document(UNDERSTAND_PATH, __version__)))
+            return self._send(Reply(HTTPStatus.OK, gateway.openapi))
         if path == UNDERSTAND_PATH:
             return self._send(Reply.error(HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed",
                                           f"POST the audio file to {UNDERSTAND_PATH}"), {"Allow": "POST"})
