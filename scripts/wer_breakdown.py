@@ -28,7 +28,7 @@ from pasu.models.data import read_jsonl, split_manifest
 
 # Fresh renderings of every sentence the device's runs trained on (SLURP's labelled training sentences and the
 # pseudo-labelled ones; the slot swaps recombine their words): the shipped run's corpora, its config's `options.data`.
-DEVICE_TRAINING = ("data/corpus-full-r10", "data/corpus-full-p11")
+DEVICE_TRAINING = ("data/corpus-full-r18", "data/corpus-full-p19")
 
 
 @dataclass
