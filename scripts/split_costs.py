@@ -1,7 +1,7 @@
-"""What each late-context split costs after the end of speech: the shipped 8 convolution + 3 attention blocks
-and the paper's 6 + 3 (shipped until stop 91) against the splits of nine blocks our Branchformer's branch weights
-give (the paper's rule: 3 + 6; counting only a run of attention-leaning blocks that ends at the top, of which
-there is none: 8 + 1).
+"""What each late-context split costs after the end of speech: the shipped device's (its config's conv and
+attention blocks) and the paper's 6 + 3 against the splits of nine blocks our Branchformer's branch weights give
+(the paper's rule: 3 + 6; counting only a run of attention-leaning blocks that ends at the top, of which there is
+none: 8 + 1).
 
 Builds each encoder with the shipped device's sizes (random weights: FLOPs and time do not depend on them),
 streams `seconds` of features through `IncrementalEncoder` in 100-ms chunks as the agent does, and reports the
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import yaml
@@ -24,14 +23,22 @@ import yaml
 from pasu.models.flops import feature_frames, streamed_flops
 from pasu.models.frontend import N_MELS
 from pasu.models.late_context_encoder import IncrementalEncoder, LateContextEncoder
+from pasu.settings import shipped_model
 
-SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "models" / "shipped" / "device" / "config.yaml"
-SPLITS = {"8 + 3 (shipped)": (8, 3), "6 + 3 (the paper's, until stop 91)": (6, 3),
-          "3 + 6 (the paper's rule, k = 5)": (3, 6), "8 + 1 (no top run, k = 0)": (8, 1)}
+SHIPPED_CONFIG = shipped_model("device") / "config.yaml"
+ALTERNATIVES = {"6 + 3 (the paper's)": (6, 3), "3 + 6 (the paper's rule, k = 5)": (3, 6),
+                "8 + 1 (no top run, k = 0)": (8, 1)}
 
 
 def shipped_encoder_conf() -> dict:
     return dict(yaml.safe_load(SHIPPED_CONFIG.read_text())["model"]["encoder_conf"])
+
+
+def splits(conf: dict) -> dict[str, tuple[int, int]]:
+    """The shipped split first, then each alternative it is not."""
+    shipped = (conf["num_conv_blocks"], conf["num_attn_blocks"])
+    named = {f"{shipped[0]} + {shipped[1]} (shipped)": shipped}
+    return named | {name: split for name, split in ALTERNATIVES.items() if split != shipped}
 
 
 def encode_seconds(encoder: LateContextEncoder, seconds: float, repeats: int, chunk_frames: int = 10) -> float:
@@ -61,7 +68,7 @@ def main() -> None:
     print(f"encoder sizes from {SHIPPED_CONFIG.relative_to(SHIPPED_CONFIG.parents[3])}; 1 torch thread\n")
     print(f"{'split (conv + attention)':34s} {'params':>8s} {'seconds':>7s} {'ingested':>9s} "
           f"{'MFLOPs after':>13s} {'encode after':>13s}")
-    for name, (conv, attn) in SPLITS.items():
+    for name, (conv, attn) in splits(conf).items():
         encoder = LateContextEncoder(N_MELS, **{**conf, "num_conv_blocks": conv, "num_attn_blocks": attn}).eval()
         params = sum(p.numel() for p in encoder.parameters()) / 1e6
         for seconds in args.seconds:

@@ -19,16 +19,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from pasu.bench.hybrid import saved_offloads
 from pasu.device.offramp_cli import training_sentences
 from pasu.device.offramp_data import load_samples
 from pasu.metrics import word_edits
 from pasu.models.asr_noise import aligned_words
 from pasu.models.data import read_jsonl, split_manifest
+from pasu.settings import shipped_model
 
-# Fresh renderings of every sentence the device's runs trained on (SLURP's labelled training sentences and the
-# pseudo-labelled ones; the slot swaps recombine their words): the shipped run's corpora, its config's `options.data`.
-DEVICE_TRAINING = ("data/corpus-full-r18", "data/corpus-full-p19")
+
+def shipped_training_corpora() -> list[str]:
+    """The corpora the shipped device's last run trained on, as its package records them: fresh renderings of every
+    sentence its runs learned (SLURP's labelled training sentences and the pseudo-labelled ones; the slot swaps
+    recombine their words)."""
+    training = yaml.safe_load((shipped_model("device") / "config.yaml").read_text())["training"]
+    return [training["corpus"], *training.get("extra_corpora", {})]
 
 
 @dataclass
@@ -101,8 +108,8 @@ def main() -> None:
                        help="the round trips of a `pasu bench hybrid --out` folder (calls-PROFILE.jsonl)")
     parser.add_argument("--corpus", type=Path, default=Path("data/corpus-full"))
     parser.add_argument("--split", default="test", help="the corpus split the replays are of")
-    parser.add_argument("--training-corpora", nargs="+", default=list(DEVICE_TRAINING),
-                        help="corpora whose training sentences count as known text")
+    parser.add_argument("--training-corpora", nargs="+", default=None,
+                        help="corpora whose training sentences count as known text (default: the shipped device's)")
     args = parser.parse_args()
 
     samples = load_samples(args.replays)
@@ -113,7 +120,7 @@ def main() -> None:
     cloud = cloud_transcripts(args)
     if cloud is not None:
         transcripts["cloud"] = cloud.__getitem__
-    known = training_words(args.training_corpora)
+    known = training_words(args.training_corpora or shipped_training_corpora())
 
     groups: dict[str, dict[str, Tally]] = {"engine": defaultdict(Tally), "snr": defaultdict(Tally)}
     overall, absent, missed = Tally(), 0, Counter()
